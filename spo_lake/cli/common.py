@@ -1,0 +1,58 @@
+"""What every CLI verb shares: the lake option, the console, and turning user errors into one-line exits."""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any, Callable
+
+import typer
+from rich.console import Console
+
+from spo_lake.lake import Lake
+
+console = Console(stderr=True)
+DEFAULT_LAKE = "./lake"
+
+
+class State:
+    lake_path: str = os.environ.get("SPOLAKE_LAKE", DEFAULT_LAKE)
+
+
+STATE = State()
+
+
+def open_lake(create: bool = False) -> Lake:
+    return Lake.open(STATE.lake_path, create=create)
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Report user mistakes (bad input, unknown snapshot, bad SQL) as one line on stderr and exit 1."""
+    from deltalake.exceptions import DeltaError
+    import duckdb
+
+    from spo_lake.ingest import IngestError
+    from spo_lake.lake import ContractError, LakeError
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (IngestError, LakeError, ContractError, KeyError, ValueError, duckdb.Error, DeltaError, FileNotFoundError) as exc:
+            if os.environ.get("SPOLAKE_DEBUG"):
+                raise
+            msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+            print(f"error: {' '.join(str(msg).split())}", file=sys.stderr)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def parse_map(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for p in pairs or []:
+        if "=" not in p:
+            raise ValueError(f"--map expects dst=src, got {p!r}")
+        dst, src = p.split("=", 1)
+        out[dst.strip()] = src.strip()
+    return out

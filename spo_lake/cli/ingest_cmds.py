@@ -1,0 +1,83 @@
+"""Ingest verbs: `ingest` (trajectories) and `prompts add` (files or built-in dataset loaders)."""
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+import typer
+
+from spo_lake.cli.common import console, open_lake, parse_map, user_errors
+from spo_lake.ingest import (
+    PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, from_records, ingest_trajectories, load_batch, located,
+)
+from spo_lake.ingest.records import SOURCES
+
+prompts_app = typer.Typer(help="Problems: add from files or built-in dataset loaders.")
+
+# dataset name -> module with `load(path, **kw) -> (prompt_records, trajectory_records)`
+DATASETS = {
+    "countdown": "spo_lake.tasks.countdown",
+    "humaneval": "spo_lake.tasks.humaneval",
+    "codecontests": "spo_lake.tasks.codecontests",
+    "taco": "spo_lake.tasks.taco",
+}
+
+
+def ingest_dataset(lake, name: str, path: str | None, **kwargs) -> tuple:
+    """Load a dataset's problems and human solutions and commit both; returns the two reports."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+    loader = importlib.import_module(DATASETS[name]).load
+    prompt_records, trajectory_records = loader(path, **{k: v for k, v in kwargs.items() if v is not None})
+    origin = f"{name}:{path}" if path else name
+    p = add_prompts(lake, from_records(located(prompt_records, origin), PROMPT_FIELDS, "prompts"))
+    t = ingest_trajectories(lake, from_records(located(trajectory_records, origin), TRAJECTORY_FIELDS, "trajectories"),
+                            source="human", defaults={"model": f"{name}-solutions"})
+    return p, t
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @user_errors
+    def ingest(path: str = typer.Argument(..., help="JSONL(.gz), Parquet, CSV file, or a dataset with --hf"),
+               source: str = typer.Option("import", help=f"one of: {', '.join(SOURCES)}"),
+               map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src (repeatable)"),
+               task: Optional[str] = typer.Option(None, help="task for prompts created from a 'prompt' field"),
+               model: Optional[str] = typer.Option(None, help="model id for rows without 'model'"),
+               run_id: Optional[str] = typer.Option(None, help="run id for rows without 'run_id'"),
+               tokenizer: Optional[str] = typer.Option(None, help="tokenizer id for rows without 'tokenizer'"),
+               hf: bool = typer.Option(False, "--hf", help="PATH is a Hugging Face dataset name or save_to_disk dir"),
+               split: str = typer.Option("train", help="dataset split with --hf")) -> None:
+        """Ingest trajectory records; validates everything before one commit; re-ingest is a no-op."""
+        if source not in SOURCES:
+            raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
+        lake = open_lake(create=True)
+        with console.status(f"reading and validating {path}"):
+            batch = load_batch(path, TRAJECTORY_FIELDS, "trajectories", parse_map(map), split if hf else None)
+        with console.status(f"committing {batch.table.num_rows} rows"):
+            report = ingest_trajectories(lake, batch, source=source, task=task,
+                                         defaults={"model": model, "run_id": run_id, "tokenizer": tokenizer})
+        console.print(f"{path}: {report.summary()}")
+
+    @prompts_app.command("add")
+    @user_errors
+    def prompts_add(path: Optional[str] = typer.Argument(None, help="prompt records file, or the dataset's path/hub name"),
+                    dataset: Optional[str] = typer.Option(None, help=f"built-in loader: {', '.join(DATASETS)}"),
+                    n: Optional[int] = typer.Option(None, help="countdown: number of problems"),
+                    seed: Optional[int] = typer.Option(None, help="countdown: generator seed"),
+                    limit: Optional[int] = typer.Option(None, help="load at most this many problems"),
+                    map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src")) -> None:
+        """Add problems (with tests) from a file, or a dataset with its human solutions."""
+        lake = open_lake(create=True)
+        if dataset:
+            with console.status(f"loading {dataset}"):
+                p, t = ingest_dataset(lake, dataset, path, n=n, seed=seed, limit=limit)
+            console.print(f"{dataset}: prompts {p.summary()}; human solutions {t.summary()}")
+            return
+        if path is None:
+            raise ValueError("give a prompt records FILE or --dataset NAME")
+        with console.status(f"reading and validating {path}"):
+            report = add_prompts(lake, load_batch(path, PROMPT_FIELDS, "prompts", parse_map(map)))
+        console.print(f"{path}: {report.summary()}")
+
+    app.add_typer(prompts_app, name="prompts")

@@ -1,0 +1,185 @@
+"""Lake verbs: init, sql, snapshot, history, stats, compact, vacuum, export."""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import pyarrow as pa
+import typer
+from rich.table import Table
+
+from spo_lake.cli.common import STATE, console, open_lake, user_errors
+from spo_lake.lake import Lake, table_names
+
+snapshot_app = typer.Typer(help="Named, immutable pins of every table's version.")
+
+
+class SqlFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+class ExportFormat(str, Enum):
+    parquet = "parquet"
+    jsonl = "jsonl"
+    hf = "hf"
+
+
+def show_table(t: pa.Table, title: str | None = None, limit: int = 50) -> None:
+    from rich.console import Console
+
+    out = Table(title=title, show_lines=False)
+    for name in t.column_names:
+        out.add_column(name, overflow="fold")
+    for row in t.slice(0, limit).to_pylist():
+        out.add_row(*[_cell(v) for v in row.values()])
+    Console().print(out)
+    if t.num_rows > limit:
+        console.print(f"[dim]… {t.num_rows - limit} more rows (use --format csv or --out)[/dim]")
+
+
+def _cell(v: object) -> str:
+    s = "∅" if v is None else str(v)
+    return s if len(s) <= 120 else s[:117] + "…"
+
+
+def write_arrow(t: pa.Table, fmt: str, out: Path | None) -> None:
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        if out is None:
+            raise ValueError("--format parquet needs --out PATH")
+        pq.write_table(t, out)
+    elif fmt == "csv":
+        sink = pa.BufferOutputStream()
+        pcsv.write_csv(t, sink)
+        data = sink.getvalue().to_pybytes()
+        out.write_bytes(data) if out else sys.stdout.buffer.write(data)
+    elif fmt in ("json", "jsonl"):
+        text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in t.to_pylist())
+        out.write_text(text) if out else sys.stdout.write(text)
+    elif fmt == "table":
+        show_table(t)
+    else:
+        raise ValueError(f"unknown format {fmt!r}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @user_errors
+    def init() -> None:
+        """Create a lake (idempotent) at --lake."""
+        lake = Lake.init(STATE.lake_path)
+        console.print(f"lake ready at {lake.root} ({len(table_names())} tables)")
+
+    @app.command()
+    @user_errors
+    def sql(query: str = typer.Argument(..., help="DuckDB SQL; every table is a view"),
+            snapshot: Optional[str] = typer.Option(None, help="read every table at this snapshot"),
+            format: SqlFormat = typer.Option(SqlFormat.table, "--format"),
+            out: Optional[Path] = typer.Option(None, help="write the result here")) -> None:
+        """Run SQL over the lake (at a snapshot, or latest)."""
+        write_arrow(open_lake().sql(query, snapshot=snapshot), format.value, out)
+
+    @snapshot_app.command("create")
+    @user_errors
+    def snapshot_create(name: str, note: Optional[str] = typer.Option(None)) -> None:
+        """Pin the current version of every table under NAME."""
+        snap = open_lake().snapshot(name, note=note)
+        console.print(f"snapshot {snap.name}: " + ", ".join(f"{t}@{v}" for t, v in snap.versions.items()))
+
+    @snapshot_app.command("list")
+    @user_errors
+    def snapshot_list() -> None:
+        snaps = open_lake().snapshots()
+        write_arrow(pa.Table.from_pylist([{"name": s.name, "created_at": str(s.created_at), "note": s.note,
+                                           "versions": json.dumps(s.versions)} for s in snaps],
+                                         schema=pa.schema([("name", pa.string()), ("created_at", pa.string()),
+                                                           ("note", pa.string()), ("versions", pa.string())])),
+                    "table", None)
+
+    @snapshot_app.command("show")
+    @user_errors
+    def snapshot_show(name: str) -> None:
+        lake = open_lake()
+        snap = lake.get_snapshot(name)
+        rows = [{"table": t, "version": v, "rows": lake.count(t, snap)} for t, v in snap.versions.items()]
+        show_table(pa.Table.from_pylist(rows), title=f"snapshot {name} ({snap.created_at}) {snap.note or ''}")
+
+    @snapshot_app.command("delete")
+    @user_errors
+    def snapshot_delete(name: str) -> None:
+        """Delete a snapshot; its files are released to the next vacuum."""
+        open_lake().delete_snapshot(name)
+        console.print(f"deleted snapshot {name}")
+
+    app.add_typer(snapshot_app, name="snapshot")
+
+    @app.command()
+    @user_errors
+    def history(table: Optional[str] = typer.Argument(None)) -> None:
+        """Delta commit history of one table (or every table's current version)."""
+        lake = open_lake()
+        if table is None:
+            show_table(pa.Table.from_pylist([{"table": t, "version": v} for t, v in lake.versions().items()]))
+            return
+        rows = [{"version": h.get("version"), "timestamp": h.get("timestamp"), "operation": h.get("operation"),
+                 "metrics": json.dumps(h.get("operationMetrics", {}))} for h in lake.history(table)]
+        show_table(pa.Table.from_pylist(rows), title=table)
+
+    @app.command()
+    @user_errors
+    def stats(snapshot: Optional[str] = typer.Option(None)) -> None:
+        """Rows by table, trajectories by source, and by prompt."""
+        lake = open_lake()
+        show_table(pa.Table.from_pylist([{"table": t, "rows": lake.count(t, snapshot)} for t in table_names()]), "rows by table")
+        show_table(lake.sql("""SELECT t.source, count(*) AS trajectories, count(DISTINCT t.prompt_id) AS prompts,
+                                      avg(CASE WHEN e.passed THEN 1.0 ELSE 0.0 END) FILTER (WHERE e.passed IS NOT NULL) AS pass_rate
+                               FROM trajectories t LEFT JOIN (SELECT trajectory_id, bool_and(passed) AS passed
+                                                            FROM evaluations GROUP BY 1) e USING (trajectory_id)
+                               GROUP BY 1 ORDER BY 2 DESC""", snapshot), "trajectories by source")
+        show_table(lake.sql("""SELECT p.task, count(DISTINCT p.prompt_id) AS prompts, count(t.trajectory_id) AS trajectories,
+                                      count(t.trajectory_id) / greatest(count(DISTINCT p.prompt_id), 1) AS per_prompt
+                               FROM prompts p LEFT JOIN trajectories t USING (prompt_id) GROUP BY 1 ORDER BY 1""",
+                            snapshot), "by prompt (per task)")
+
+    @app.command()
+    @user_errors
+    def compact() -> None:
+        """Bin-pack small files; every snapshot stays readable."""
+        with console.status("compacting"):
+            res = open_lake().compact()
+        for t, m in res.items():
+            console.print(f"{t}: {m.get('numFilesRemoved', 0)} files -> {m.get('numFilesAdded', 0)}")
+
+    @app.command()
+    @user_errors
+    def vacuum(retention_hours: float = typer.Option(0.0, help="keep files removed less than this long ago"),
+               dry_run: bool = typer.Option(False)) -> None:
+        """Delete files that neither the latest version nor any snapshot references."""
+        with console.status("vacuuming"):
+            res = open_lake().vacuum(retention_hours=retention_hours, dry_run=dry_run)
+        console.print(f"{'would delete' if dry_run else 'deleted'} {sum(map(len, res.values()))} files")
+
+    @app.command()
+    @user_errors
+    def export(snapshot: str = typer.Option(..., help="snapshot to read"),
+               query: str = typer.Option(..., help="SQL selecting the rows"),
+               format: ExportFormat = typer.Option(ExportFormat.parquet, "--format"),
+               out: Path = typer.Option(..., help="output path")) -> None:
+        """Export a SQL selection at a snapshot as Parquet, JSONL or a `datasets` dataset (save_to_disk)."""
+        with console.status("exporting"):
+            t = open_lake().sql(query, snapshot=snapshot)
+            if format is ExportFormat.hf:
+                import datasets
+
+                datasets.Dataset(t).save_to_disk(str(out))
+            else:
+                write_arrow(t, format.value, out)
+        console.print(f"exported {t.num_rows} rows to {out}")

@@ -1,0 +1,259 @@
+"""The lake: one Delta table per entity, named snapshots pinning a version of each, SQL over all of them.
+
+Rows are immutable facts; every write is an append. A snapshot is a named map {table -> Delta version}; reads at a
+snapshot see exactly those versions. Compaction and vacuum keep every version a snapshot pins, so a snapshot's
+query results never change.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import polars as pl
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+
+from spo_lake.lake.contracts import Contract, contract, table_names
+
+# Time travel must outlive any snapshot: never expire log entries, and let only our keep_versions-aware vacuum
+# delete data files.
+TABLE_CONFIGURATION = {
+    "delta.logRetentionDuration": "interval 36500 days",
+    "delta.deletedFileRetentionDuration": "interval 36500 days",
+    "delta.enableExpiredLogCleanup": "false",
+}
+SNAPSHOTS = "snapshots"
+Rows = pa.Table | pl.DataFrame | list[dict[str, Any]]
+
+
+class LakeError(RuntimeError):
+    """A lake-level problem the user must fix (no lake, unknown snapshot, name taken, ...)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    name: str
+    versions: dict[str, int]
+    note: str | None
+    created_at: datetime
+
+
+def _is_uri(path: str) -> bool:
+    return "://" in path and not path.startswith("file://")
+
+
+class Lake:
+    """A directory (or object-store URI) of Delta tables. Open with `Lake.open(path)` or create with `Lake.init`."""
+
+    def __init__(self, root: str, storage_options: dict[str, str] | None = None):
+        self.root = root
+        self.storage_options = storage_options
+
+    # ---- opening -------------------------------------------------------------------------------------------
+    @classmethod
+    def init(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> "Lake":
+        """Create the lake (idempotent): every table of `schemas/` plus the snapshot registry."""
+        root = str(path)
+        if not _is_uri(root):
+            Path(root).mkdir(parents=True, exist_ok=True)
+            root = str(Path(root).resolve())
+        lake = cls(root, storage_options)
+        for name in [*table_names(), SNAPSHOTS]:
+            lake._ensure_table(contract(name))
+        return lake
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None, create: bool = False) -> "Lake":
+        root = str(path)
+        if not _is_uri(root):
+            root = str(Path(root).resolve())
+        lake = cls(root, storage_options)
+        if not DeltaTable.is_deltatable(lake.uri(SNAPSHOTS), storage_options):
+            if create:
+                return cls.init(root, storage_options)
+            raise LakeError(f"{root}: not a lake (run `spolake init` or pass --lake)")
+        for name in table_names():  # tables added by a newer contract set appear on open
+            if not DeltaTable.is_deltatable(lake.uri(name), storage_options):
+                lake._ensure_table(contract(name))
+        return lake
+
+    def uri(self, table: str) -> str:
+        return f"{self.root.rstrip('/')}/{table}"
+
+    def _ensure_table(self, c: Contract) -> None:
+        try:
+            DeltaTable.create(
+                self.uri(c.table), c.arrow_schema, mode="ignore", name=c.table,
+                description=f"{c.description} (contract v{c.version})", configuration=TABLE_CONFIGURATION,
+                storage_options=self.storage_options,
+            )
+        except CommitFailedError:
+            pass  # another process created it first
+
+    def delta(self, table: str, version: int | None = None) -> DeltaTable:
+        try:
+            return DeltaTable(self.uri(table), version=version, storage_options=self.storage_options)
+        except TableNotFoundError:
+            raise LakeError(f"{self.uri(table)}: no such table") from None
+        except DeltaError as exc:
+            raise LakeError(f"{table}: cannot load version {version}: {exc}") from None
+
+    # ---- writing -------------------------------------------------------------------------------------------
+    def append(self, table: str, rows: Rows, *, max_attempts: int = 30) -> int:
+        """Append rows (conformed to the table's contract) in one commit; returns the new table version.
+
+        Commit conflicts with concurrent writers are retried with jittered exponential back-off.
+        """
+        data = contract(table).conform(_to_arrow(rows))
+        if data.num_rows == 0:
+            return self.version(table)
+        for attempt in range(max_attempts):
+            try:
+                write_deltalake(self.uri(table), data, mode="append", storage_options=self.storage_options)
+                return self.version(table)
+            except CommitFailedError:
+                if attempt == max_attempts - 1:
+                    raise
+                time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    def append_many(self, batches: Mapping[str, Rows]) -> dict[str, int]:
+        """Append to several tables, conforming ALL of them before the first commit.
+
+        Commits go in the given order; callers put the table that makes the batch visible (e.g. trajectories)
+        last, so a crash in between leaves only unreferenced facts that a retry re-uses.
+        """
+        conformed = {t: contract(t).conform(_to_arrow(r)) for t, r in batches.items()}
+        return {t: self.append(t, data) for t, data in conformed.items() if data.num_rows}
+
+    # ---- versions and snapshots ----------------------------------------------------------------------------
+    def version(self, table: str) -> int:
+        return self.delta(table).version()
+
+    def versions(self) -> dict[str, int]:
+        return {t: self.version(t) for t in table_names()}
+
+    def snapshot(self, name: str, note: str | None = None) -> Snapshot:
+        """Pin the current version of every table under `name` (names are never reused)."""
+        if not name or any(ch in name for ch in "\n\r\t"):
+            raise LakeError(f"invalid snapshot name {name!r}")
+        if name in self._snapshot_rows():
+            raise LakeError(f"snapshot {name!r} already exists (snapshots are immutable)")
+        versions = self.versions()
+        self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(versions), "note": note, "deleted": False}])
+        return self.get_snapshot(name)
+
+    def _snapshot_rows(self) -> dict[str, dict[str, Any]]:
+        rows = self.delta(SNAPSHOTS).to_pyarrow_table().sort_by("created_at").to_pylist()
+        latest: dict[str, dict[str, Any]] = {}
+        for r in rows:  # the first row of a name is the snapshot; a later one is its tombstone
+            latest.setdefault(r["name"], r)
+            if r["deleted"]:
+                latest[r["name"]] = r
+        return latest
+
+    def snapshots(self) -> list[Snapshot]:
+        return [
+            Snapshot(r["name"], json.loads(r["versions"]), r["note"], r["created_at"])
+            for r in self._snapshot_rows().values() if not r["deleted"]
+        ]
+
+    def get_snapshot(self, name: str) -> Snapshot:
+        for s in self.snapshots():
+            if s.name == name:
+                return s
+        raise LakeError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
+
+    def delete_snapshot(self, name: str) -> None:
+        """Tombstone a snapshot; its files are released to the next vacuum."""
+        snap = self.get_snapshot(name)
+        self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(snap.versions), "note": snap.note, "deleted": True}])
+
+    def resolve(self, snapshot: str | Snapshot | None) -> dict[str, int | None]:
+        """{table: version}; None means latest. Tables newer than the snapshot read as their empty version 0."""
+        if snapshot is None:
+            return {t: None for t in table_names()}
+        snap = snapshot if isinstance(snapshot, Snapshot) else self.get_snapshot(snapshot)
+        return {t: snap.versions.get(t, 0) for t in table_names()}
+
+    # ---- reading -------------------------------------------------------------------------------------------
+    def files(self, table: str, version: int | None = None) -> list[str]:
+        return self.delta(table, version).file_uris()
+
+    def arrow_dataset(self, table: str, version: int | None = None):
+        return self.delta(table, version).to_pyarrow_dataset()
+
+    def read(self, table: str, snapshot: str | Snapshot | None = None) -> pl.LazyFrame:
+        """A polars LazyFrame over `table` at the snapshot's pinned version (latest when None)."""
+        version = self.resolve(snapshot)[table] if table in table_names() else None
+        files = self.files(table, version)
+        if not files:
+            return pl.LazyFrame(schema=pl.from_arrow(contract(table).arrow_schema.empty_table()).schema)
+        if _is_uri(self.root):
+            return pl.scan_delta(self.uri(table), version=version, storage_options=self.storage_options)
+        return pl.scan_parquet(files, missing_columns="insert", extra_columns="ignore")
+
+    def sql(self, query: str, snapshot: str | Snapshot | None = None) -> pa.Table:
+        """Run DuckDB SQL with every table visible as a view at the snapshot's versions."""
+        from spo_lake.lake.sql import connect
+
+        con = connect(self, snapshot)
+        try:
+            rel = con.sql(query)
+            return rel.to_arrow_table() if rel is not None else pa.table({})
+        finally:
+            con.close()
+
+    def history(self, table: str) -> list[dict[str, Any]]:
+        return self.delta(table).history()
+
+    def count(self, table: str, snapshot: str | Snapshot | None = None) -> int:
+        return self.delta(table, self.resolve(snapshot).get(table)).count()
+
+    # ---- maintenance ---------------------------------------------------------------------------------------
+    def pinned_versions(self) -> dict[str, set[int]]:
+        pinned: dict[str, set[int]] = {t: set() for t in table_names()}
+        for snap in self.snapshots():
+            for t, v in snap.versions.items():
+                pinned.setdefault(t, set()).add(v)
+        return pinned
+
+    def compact(self, tables: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+        """Bin-pack small files into large ones. Old versions stay readable (their files are kept)."""
+        out = {}
+        for t in tables or [*table_names(), SNAPSHOTS]:
+            out[t] = self.delta(t).optimize.compact()
+        return out
+
+    def vacuum(self, retention_hours: float = 0, dry_run: bool = False) -> dict[str, list[str]]:
+        """Delete data files no pinned snapshot version and no latest version references.
+
+        Files removed longer than `retention_hours` ago go; snapshot-pinned versions always survive.
+        """
+        pinned = self.pinned_versions()
+        out = {}
+        for t in [*table_names(), SNAPSHOTS]:
+            dt = self.delta(t)
+            keep = sorted(pinned.get(t, set()) | {dt.version()})
+            out[t] = dt.vacuum(
+                retention_hours=int(retention_hours), dry_run=dry_run, enforce_retention_duration=False,
+                keep_versions=keep, full=False,
+            )
+        return out
+
+
+def _to_arrow(rows: Rows) -> pa.Table:
+    if isinstance(rows, pa.Table):
+        return rows
+    if isinstance(rows, pl.DataFrame):
+        return rows.to_arrow()
+    if isinstance(rows, list):
+        return pa.Table.from_pylist(rows) if rows else pa.table({})
+    raise TypeError(f"rows must be a pyarrow Table, polars DataFrame or list of dicts, not {type(rows).__name__}")

@@ -1,0 +1,80 @@
+"""What every task shares: a problem record, a verdict, and the Task protocol.
+
+A task is a prompt format plus a verifier. The verifier that judges a trajectory follows from the
+prompt's task (and, for contest tasks, from the shape of its tests), so `evaluate` never needs to be told.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+VERDICTS = ("ok", "wrong_answer", "runtime_error", "timeout", "memory", "syntax", "output_limit", "sandbox_error")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One row of the `prompts` table, with `tests` and `metadata` parsed from JSON."""
+
+    prompt_id: str
+    task: str
+    prompt: str
+    tests: dict[str, Any] = field(default_factory=dict)
+    time_limit_s: float | None = None
+    memory_limit_mb: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> "Problem":
+        def parse(v: Any) -> dict[str, Any]:
+            if v is None or v == "":
+                return {}
+            return json.loads(v) if isinstance(v, str) else dict(v)
+
+        return cls(
+            prompt_id=row["prompt_id"],
+            task=row["task"],
+            prompt=row["prompt"],
+            tests=parse(row.get("tests")),
+            time_limit_s=row.get("time_limit_s"),
+            memory_limit_mb=row.get("memory_limit_mb"),
+            metadata=parse(row.get("metadata")),
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verifier's judgement of one response. reward is 0 for a pass and -1 otherwise (paper §5)."""
+
+    passed: bool
+    verdict: str
+    first_failing_test: int | None = None
+    detail: str = ""
+    duration_s: float = 0.0
+    extracted_code: str = ""
+
+    @property
+    def reward(self) -> float:
+        return 0.0 if self.passed else -1.0
+
+
+@dataclass(frozen=True)
+class SandboxOptions:
+    """Limits applied to every sandboxed run of one evaluation. mode='none' runs unsandboxed (never the default)."""
+
+    timeout_s: float = 5.0
+    memory_mb: int = 512
+    mode: str = "bwrap"
+
+
+class Task(Protocol):
+    name: str
+
+    def format_prompt(self, problem: Problem) -> str:
+        """The text the policy is conditioned on."""
+
+    def verifier_name(self, problem: Problem) -> str:
+        """The name recorded in `evaluations.verifier` for this problem (e.g. 'stdio', 'call', 'humaneval')."""
+
+    def verify(self, problem: Problem, response: str, options: SandboxOptions) -> Verdict:
+        """Judge one response; any generated code runs only inside the sandbox."""
