@@ -1,0 +1,61 @@
+"""Curation verbs: evaluate, dedup, report."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from spo_lake.cli.common import console, open_lake, user_errors
+from spo_lake.cli.lake_cmds import show_table, write_arrow
+
+report_app = typer.Typer(help="Reports over the lake.")
+
+SANDBOX_HELP = "bwrap (default) or none — none runs generated code UNSANDBOXED on this machine; never on untrusted data"
+
+
+def sandbox_options(timeout_s: float, memory_mb: int, sandbox: str):
+    from spo_lake.tasks import SandboxOptions
+
+    if sandbox not in ("bwrap", "none"):
+        raise ValueError(f"--sandbox {sandbox!r}: bwrap or none")
+    if sandbox == "none":
+        console.print("[bold red]WARNING: --sandbox none: generated code runs unsandboxed with your privileges[/bold red]")
+    return SandboxOptions(timeout_s=timeout_s, memory_mb=memory_mb, mode=sandbox)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @user_errors
+    def evaluate(where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
+                 workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
+                 timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
+                 memory_mb: int = typer.Option(512, help="address-space limit"),
+                 sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+        """Judge every trajectory its task's verifier has not judged yet (incremental, resumable)."""
+        from spo_lake.pipelines.evaluate import evaluate as run
+
+        report = run(open_lake(), where=where, options=sandbox_options(timeout_s, memory_mb, sandbox), workers=workers)
+        console.print(report.summary())
+
+    @app.command()
+    @user_errors
+    def dedup(where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t joined with prompts p")) -> None:
+        """Group identical programs per prompt (comments/whitespace ignored); raw rows stay."""
+        from spo_lake.pipelines.dedup import dedup as run
+
+        console.print(run(open_lake(), where=where).summary())
+
+    @report_app.command("passk")
+    @user_errors
+    def passk(snapshot: Optional[str] = typer.Option(None), group_by: str = typer.Option("source", help="source|model|run_id|prompt|none"),
+              k: str = typer.Option("1,10", help="comma-separated k values"),
+              where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t"),
+              format: str = typer.Option("table", "--format", help="table|csv|json")) -> None:
+        """pass@k (unbiased estimator) over evaluated trajectories."""
+        from spo_lake.pipelines.report import passk_counts, passk_table
+
+        ks = [int(x) for x in k.split(",") if x.strip()]
+        table = passk_table(passk_counts(open_lake(), group_by, snapshot, where), ks)
+        show_table(table, title=f"pass@k by {group_by}") if format == "table" else write_arrow(table, format, None)
+
+    app.add_typer(report_app, name="report")

@@ -1,0 +1,69 @@
+"""`spolake evaluate`: judge every trajectory that its task's verifier has not judged yet.
+
+Incremental and resumable: the pending set is computed against the `evaluations` table, and verdicts are committed
+in buffered batches while the run goes on, so a killed run loses at most one buffer of work.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spo_lake.lake import Lake
+from spo_lake.pipelines.common import BufferedAppender, TRAJECTORY_WITH_PROMPT, progress_bar, where_clause
+from spo_lake.pipelines.judge import judge_many
+from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
+
+
+@dataclass(frozen=True)
+class EvaluateReport:
+    evaluated: int
+    passed: int
+    already_done: int
+
+    def summary(self) -> str:
+        rate = f" ({self.passed / self.evaluated:.1%})" if self.evaluated else ""
+        return f"evaluated {self.evaluated}, passed {self.passed}{rate}; {self.already_done} already evaluated"
+
+
+def evaluation_row(trajectory_id: str, verifier: str, v: Verdict) -> dict[str, Any]:
+    return {
+        "trajectory_id": trajectory_id, "verifier": verifier, "passed": v.passed, "reward": v.reward,
+        "verdict": v.verdict, "first_failing_test": v.first_failing_test, "detail": v.detail[:2000],
+        "duration_s": v.duration_s, "extraction": v.extracted_code,
+    }
+
+
+def pending(lake: Lake, where: str | None = None) -> tuple[list[tuple[str, str, Problem, str]], int]:
+    """(trajectory_id, verifier, problem, response) for every selected trajectory its verifier has not judged,
+    and how many selected ones were already judged."""
+    rows = lake.sql(f"""
+        SELECT s.*, (SELECT list(e.verifier) FROM evaluations e WHERE e.trajectory_id = s.trajectory_id) AS done
+        FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s ORDER BY s.trajectory_id""").to_pylist()
+    todo, done = [], 0
+    for r in rows:
+        problem = Problem.from_row(r)
+        verifier = get_task(problem.task).verifier_name(problem)
+        if verifier in (r["done"] or []):
+            done += 1
+        else:
+            todo.append((r["trajectory_id"], verifier, problem, r["response_text"]))
+    return todo, done
+
+
+def evaluate(lake: Lake, *, where: str | None = None, options: SandboxOptions = SandboxOptions(),
+             workers: int | None = None, flush_rows: int = 500, show_progress: bool = True) -> EvaluateReport:
+    todo, already = pending(lake, where)
+    passed = 0
+    with BufferedAppender(lake, flush_rows=flush_rows) as out, progress_bar("pass_rate", disable=not show_progress) as bar:
+        task_id = bar.add_task("evaluate", total=len(todo), pass_rate="-")
+        finished = 0
+
+        def on_done(indices: list[int], verdicts: list[Verdict]) -> None:
+            nonlocal passed, finished
+            out.add("evaluations", [evaluation_row(todo[i][0], todo[i][1], v) for i, v in zip(indices, verdicts)])
+            passed += sum(v.passed for v in verdicts)
+            finished += len(verdicts)
+            bar.update(task_id, advance=len(verdicts), pass_rate=f"{passed / finished:.1%}")
+
+        judge_many([(p, resp) for _, _, p, resp in todo], options, workers, on_done)
+    return EvaluateReport(evaluated=len(todo), passed=passed, already_done=already)

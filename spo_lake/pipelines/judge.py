@@ -1,0 +1,45 @@
+"""Judge many (problem, response) pairs in parallel, each task with its own verifier, all inside the sandbox."""
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Callable, Sequence
+
+from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
+
+CHUNK = 64  # pairs per job for tasks that verify many answers in one sandboxed process
+
+
+def judge_many(items: Sequence[tuple[Problem, str]], options: SandboxOptions, workers: int | None = None,
+               on_done: Callable[[list[int], list[Verdict]], None] | None = None) -> list[Verdict]:
+    """Verdicts in input order. Threads suffice: every check is a sandboxed subprocess.
+
+    `on_done(indices, verdicts)` is called from the calling thread as each job finishes (for progress and
+    buffered commits).
+    """
+    workers = workers or os.cpu_count() or 1
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for i, (problem, _) in enumerate(items):
+        by_task[problem.task].append(i)
+    jobs: list[list[int]] = []
+    for name, idx in by_task.items():
+        size = CHUNK if hasattr(get_task(name), "verify_many") else 1
+        jobs += [idx[k:k + size] for k in range(0, len(idx), size)]
+
+    def run(job: list[int]) -> list[Verdict]:
+        task = get_task(items[job[0]][0].task)
+        if hasattr(task, "verify_many"):
+            return task.verify_many([items[i] for i in job], options)
+        return [task.verify(items[i][0], items[i][1], options) for i in job]
+
+    out: list[Verdict | None] = [None] * len(items)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run, job): job for job in jobs}
+        for fut in as_completed(futures):
+            job, verdicts = futures[fut], fut.result()
+            for i, v in zip(job, verdicts):
+                out[i] = v
+            if on_done:
+                on_done(job, verdicts)
+    return [v for v in out if v is not None]

@@ -1,0 +1,58 @@
+
+from spo_lake.pipelines.evaluate import evaluate, pending
+from spo_lake.tasks import Problem, SandboxOptions, get_task
+
+from tests.helpers import add_responses
+
+
+def _problem(lake, prompt_id):
+    row = lake.sql(f"SELECT * FROM prompts WHERE prompt_id = '{prompt_id}'").to_pylist()[0]
+    return Problem.from_row(row)
+
+
+def test_evaluate_judges_every_trajectory_once(countdown_lake):
+    lake = countdown_lake
+    p0 = _problem(lake, "countdown/0/0")
+    a, b = p0.tests["numbers"][:2]
+    add_responses(lake, [
+        {"prompt_id": p0.prompt_id, "response": f"{a}+{b}"},                        # legal, almost surely wrong
+        {"prompt_id": p0.prompt_id, "response": f"{a}*{a}*{a}"},                     # reuses a number
+        {"prompt_id": p0.prompt_id, "response": "__import__('os').system('true')"},  # never evaluated
+        {"prompt_id": p0.prompt_id, "response": f"Let me think.\n{a} + {b}"},        # answer on the last line
+    ])
+    humans = lake.sql("SELECT count(*) AS n FROM trajectories WHERE source = 'human'").to_pylist()[0]["n"]
+    report = evaluate(lake, show_progress=False)
+    assert report.evaluated == humans + 4 and report.already_done == 0
+    rows = lake.sql("""SELECT t.source, t.response_text, e.* FROM evaluations e JOIN trajectories t USING (trajectory_id)
+                       WHERE e.verifier = 'countdown'""").to_pylist()
+    assert len(rows) == humans + 4
+    assert all(r["passed"] and r["reward"] == 0.0 and r["verdict"] == "ok" for r in rows if r["source"] == "human")
+    by_text = {r["response_text"]: r for r in rows if r["source"] == "reference"}
+    expect_sum = a + b == p0.tests["target"]
+    assert by_text[f"{a}+{b}"]["passed"] is expect_sum
+    assert by_text[f"{a}*{a}*{a}"]["passed"] is False and by_text[f"{a}*{a}*{a}"]["reward"] == -1.0
+    assert by_text["__import__('os').system('true')"]["verdict"] != "ok"
+    assert by_text[f"Let me think.\n{a} + {b}"]["extraction"] == f"{a} + {b}"
+    # imported human verdicts stay as their own rows; the real verifier adds rows beside them
+    assert lake.sql("SELECT count(*) AS n FROM evaluations WHERE verifier = 'imported'").to_pylist()[0]["n"] == humans
+
+    again = evaluate(lake, show_progress=False)
+    assert again.evaluated == 0 and again.already_done == humans + 4
+
+
+def test_evaluate_where_selects_and_resumes(countdown_lake):
+    lake = countdown_lake
+    first = evaluate(lake, where="t.prompt_id = 'countdown/0/0'", show_progress=False)
+    todo, done = pending(lake)
+    assert done == first.evaluated and len(todo) > 0
+    rest = evaluate(lake, show_progress=False)
+    assert rest.evaluated == len(todo)
+
+
+def test_verdict_matches_task_verify(countdown_lake):
+    lake = countdown_lake
+    evaluate(lake, show_progress=False)
+    row = lake.sql("""SELECT t.response_text, t.prompt_id, e.passed FROM evaluations e JOIN trajectories t USING (trajectory_id)
+                      WHERE e.verifier = 'countdown' ORDER BY t.trajectory_id LIMIT 1""").to_pylist()[0]
+    direct = get_task("countdown").verify(_problem(lake, row["prompt_id"]), row["response_text"], SandboxOptions())
+    assert direct.passed == row["passed"]
