@@ -59,3 +59,20 @@ def register(app: typer.Typer) -> None:
         show_table(table, title=f"pass@k by {group_by}") if format == "table" else write_arrow(table, format, None)
 
     app.add_typer(report_app, name="report")
+    app.add_typer(pipeline_app, name="pipeline")
+
+
+pipeline_app = typer.Typer(help="Declarative TOML recipes chaining pipeline steps.")
+
+
+@pipeline_app.command("run")
+@user_errors
+def pipeline_run(recipe: str = typer.Argument(..., help="recipe TOML (see pipelines/)"),
+                 set_: list[str] = typer.Option(None, "--set", help="override a [vars] entry: name=value")) -> None:
+    """Run a recipe's steps in order; each is incremental, so a re-run continues where a crash stopped."""
+    from spo_lake.pipelines.recipe import load_recipe, run_recipe
+
+    from spo_lake.cli.common import parse_map
+
+    loaded = load_recipe(recipe, parse_map(set_))
+    run_recipe(loaded, open_lake(create=True), log=console.print)

@@ -1,0 +1,201 @@
+"""Declarative recipes: a TOML file of `[[steps]]`, each naming a pipeline verb and its keyword arguments.
+
+Keys map 1:1 to the pipeline functions' keyword arguments (torchtune-style: the config *is* the call). Strings may
+reference `[vars]` as `{name}`; `--set name=value` overrides a var. Every step is incremental, so re-running a recipe
+after a crash continues where it stopped; the run records, per step, its summary and the table versions it produced.
+
+    [vars]
+    lake = "demo/lake"
+    [[steps]]
+    run = "prompts_add"
+    dataset = "countdown"
+    n = 200
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from spo_lake.lake import Lake
+from spo_lake.pipelines.common import new_run_id
+from spo_lake.tasks import SandboxOptions
+
+SANDBOX_KEYS = ("timeout_s", "memory_mb", "sandbox")
+
+
+@dataclass
+class Context:
+    """What steps share: the lake, loaded models (by path), and where relative paths resolve."""
+
+    lake: Lake
+    base_dir: Path
+    models: dict[str, Any] = field(default_factory=dict)
+    show_progress: bool = True
+
+    def model(self, path: str):
+        """A local directory (relative to the recipe) or, if there is none, a hub name."""
+        from spo_lake.models.backend import TransformersPolicy
+
+        local = self.path(path)
+        path = local if Path(local).exists() else path
+        if path not in self.models:
+            self.models[path] = TransformersPolicy.from_pretrained(path)
+        return self.models[path]
+
+    def path(self, p: str) -> str:
+        return str(p) if Path(p).is_absolute() or "://" in str(p) else str(self.base_dir / p)
+
+
+def _sandbox(params: dict[str, Any]) -> SandboxOptions:
+    taken = {k: params.pop(k) for k in SANDBOX_KEYS if k in params}
+    return SandboxOptions(timeout_s=taken.get("timeout_s", 5.0), memory_mb=taken.get("memory_mb", 512),
+                          mode=taken.get("sandbox", "bwrap"))
+
+
+def step_model_tiny(ctx: Context, p: dict[str, Any]) -> str:
+    from spo_lake.models.tiny import build_tiny_model
+
+    out = Path(ctx.path(p.pop("out")))
+    if (out / "config.json").exists():
+        return f"{out} exists, kept"
+    build_tiny_model(out, **p)
+    return f"built {out}"
+
+
+def step_prompts_add(ctx: Context, p: dict[str, Any]) -> str:
+    from spo_lake.cli.ingest_cmds import ingest_dataset
+    from spo_lake.ingest import PROMPT_FIELDS, add_prompts, load_batch
+
+    if "dataset" in p:
+        path = p.pop("path", None)
+        prompts, solutions = ingest_dataset(ctx.lake, p.pop("dataset"), path and ctx.path(path), **p)
+        return f"prompts {prompts.summary()}; human solutions {solutions.summary()}"
+    return add_prompts(ctx.lake, load_batch(ctx.path(p.pop("path")), PROMPT_FIELDS, "prompts", p.pop("map", None))).summary()
+
+
+def step_ingest(ctx: Context, p: dict[str, Any]) -> str:
+    from spo_lake.ingest import TRAJECTORY_FIELDS, ingest_trajectories, load_batch
+
+    batch = load_batch(ctx.path(p.pop("path")), TRAJECTORY_FIELDS, "trajectories", p.pop("map", None))
+    return ingest_trajectories(ctx.lake, batch, source=p.pop("source", "import"), task=p.pop("task", None),
+                               defaults=p).summary()
+
+
+def step_evaluate(ctx: Context, p: dict[str, Any]) -> str:
+    from spo_lake.pipelines.evaluate import evaluate
+
+    return evaluate(ctx.lake, options=_sandbox(p), show_progress=ctx.show_progress, **p).summary()
+
+
+def step_dedup(ctx: Context, p: dict[str, Any]) -> str:
+    from spo_lake.pipelines.dedup import dedup
+
+    return dedup(ctx.lake, show_progress=ctx.show_progress, **p).summary()
+
+
+def _model_step(fn_path: str, sandboxed: bool) -> Callable[[Context, dict[str, Any]], str]:
+    def step(ctx: Context, p: dict[str, Any]) -> str:
+        import importlib
+
+        module, name = fn_path.split(":")
+        fn = getattr(importlib.import_module(module), name)
+        model = ctx.model(p.pop("model"))
+        extra = {"options": _sandbox(p)} if sandboxed else {}
+        if "template" in p:  # a file, relative to the recipe
+            p["template"] = Path(ctx.path(p["template"])).read_text()
+        for key in ("temperature_range", "s0_range"):
+            if key in p:
+                p[key] = tuple(p[key])
+        return fn(ctx.lake, model, show_progress=ctx.show_progress, **extra, **p).summary()
+
+    return step
+
+
+def step_snapshot(ctx: Context, p: dict[str, Any]) -> str:
+    name = p["name"]
+    if any(s.name == name for s in ctx.lake.snapshots()):
+        return f"snapshot {name} exists, kept"
+    snap = ctx.lake.snapshot(name, note=p.get("note"))
+    return f"snapshot {name}: " + ", ".join(f"{t}@{v}" for t, v in snap.versions.items())
+
+
+STEPS: dict[str, Callable[[Context, dict[str, Any]], str]] = {
+    "model_tiny": step_model_tiny,
+    "prompts_add": step_prompts_add,
+    "ingest": step_ingest,
+    "evaluate": step_evaluate,
+    "dedup": step_dedup,
+    "sample": _model_step("spo_lake.pipelines.sample:sample", sandboxed=True),
+    "q0": _model_step("spo_lake.pipelines.q0:q0", sandboxed=True),
+    "pts": _model_step("spo_lake.pipelines.pts:pts", sandboxed=True),
+    "refprobs": _model_step("spo_lake.pipelines.refprobs:refprobs", sandboxed=False),
+    "snapshot": step_snapshot,
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    vars: dict[str, Any]
+    steps: list[dict[str, Any]]
+    path: Path
+
+
+def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Recipe:
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: invalid TOML: {exc}") from None
+    variables = dict(raw.get("vars", {}))
+    for key, value in (overrides or {}).items():
+        if key not in variables:
+            raise ValueError(f"--set {key}: no such var in {path} (vars: {', '.join(variables) or 'none'})")
+        variables[key] = type(variables[key])(value) if not isinstance(variables[key], bool) else value.lower() in ("1", "true", "yes")
+    steps = raw.get("steps", [])
+    for i, step in enumerate(steps):
+        if step.get("run") not in STEPS:
+            raise ValueError(f"{path}: steps[{i}]: field 'run': {step.get('run')!r} is not one of {', '.join(STEPS)}")
+    return Recipe(variables, [_substitute(s, variables) for s in steps], path)
+
+
+def _substitute(value: Any, variables: dict[str, Any]) -> Any:
+    """'{name}' alone keeps the var's type; inside a longer string it is formatted in."""
+    if isinstance(value, str):
+        if value.startswith("{") and value.endswith("}") and value[1:-1] in variables:
+            return variables[value[1:-1]]
+        return re.sub(r"\{(\w+)\}", lambda m: str(variables[m[1]]) if m[1] in variables else m[0], value)
+    if isinstance(value, dict):
+        return {k: _substitute(v, variables) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, variables) for v in value]
+    return value
+
+
+def run_recipe(recipe: Recipe, lake: Lake, *, show_progress: bool = True,
+               log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Run every step in order; returns (and records in `runs`) what each produced."""
+    ctx = Context(lake, recipe.path.parent.resolve(), show_progress=show_progress)
+    run_id = new_run_id("pipeline")
+    done: list[dict[str, Any]] = []
+    config = {"recipe": str(recipe.path), "vars": recipe.vars, "steps": recipe.steps}
+    lake.append("runs", [{"run_id": run_id, "kind": "pipeline", "status": "running", "config": json.dumps(config, default=str)}])
+    status = "failed"
+    try:
+        for i, step in enumerate(recipe.steps):
+            params = {k: v for k, v in step.items() if k != "run"}
+            log(f"[{i + 1}/{len(recipe.steps)}] {step['run']}")
+            started = time.perf_counter()
+            summary = STEPS[step["run"]](ctx, params)
+            done.append({"step": step["run"], "summary": summary, "seconds": round(time.perf_counter() - started, 2),
+                         "versions": lake.versions()})
+            log(f"    {summary}")
+        status = "finished"
+    finally:
+        lake.append("runs", [{"run_id": run_id, "kind": "pipeline", "status": status,
+                              "config": json.dumps(config, default=str), "metrics": json.dumps({"steps": done})}])
+    return done
