@@ -1,0 +1,145 @@
+"""Model verbs: `model tiny` (build the built-in policy) and the annotation pipelines sample, q0, refprobs, pts."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Tuple
+
+import typer
+
+from spo_lake.cli.common import console, open_lake, user_errors
+from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
+
+model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
+
+MODEL_HELP = "a local model directory or hub name"
+WHERE_PROMPTS = "SQL filter over prompts p"
+WHERE_TRAJECTORIES = "SQL filter over trajectories t joined with prompts p"
+
+
+def load_model(model: str, device: Optional[str], backend: str = "auto"):
+    """The policy backend for `model` (vLLM when present and backend is auto, else transformers on `device`)."""
+    from transformers.utils import logging as transformers_logging
+
+    from spo_lake.models import load_policy
+
+    transformers_logging.disable_progress_bar()  # our own status line says what is loading
+    with console.status(f"loading {model}"):
+        return load_policy(model, backend=backend, device=device)
+
+
+def read_template(path: Optional[str]) -> Optional[str]:
+    if path is None:
+        return None
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--template {path}: no such file")
+    return Path(path).read_text()
+
+
+def register(app: typer.Typer) -> None:
+    @model_app.command("tiny")
+    @user_errors
+    def tiny(out: str = typer.Option(..., "--out", help="directory to save the model and tokenizer into"),
+             seed: int = typer.Option(0, help="seed of data, initialisation and data order"),
+             style: str = typer.Option("direct", help="direct (expression only) or cot (a reasoning line first)"),
+             steps: Optional[int] = typer.Option(None, help="training steps (default: the built-in schedule)")) -> None:
+        """Build and SFT-train the tiny countdown policy on CPU; loadable with AutoModelForCausalLM."""
+        import json
+
+        from spo_lake.models.tiny import build_tiny_model
+
+        path = build_tiny_model(out, seed=seed, steps=steps, style=style)
+        info = json.loads((path / "tiny_config.json").read_text())
+        console.print(f"{path}: {info['parameters']:,} parameters, final loss {info['final_loss']:.3f}, "
+                      f"{info['build_seconds']} s")
+
+    @app.command()
+    @user_errors
+    def sample(model: str = typer.Option(..., help=MODEL_HELP),
+               where: Optional[str] = typer.Option(None, help=WHERE_PROMPTS),
+               n: int = typer.Option(1, "--n", help="responses per prompt"),
+               temperature: float = typer.Option(1.0, help="sampling temperature"),
+               temperature_range: Optional[Tuple[float, float]] = typer.Option(
+                   None, help="LO HI: one temperature per prompt drawn uniformly (by seed) instead of --temperature"),
+               top_p: float = typer.Option(1.0, help="nucleus sampling p"),
+               max_new_tokens: int = typer.Option(256, help="longest response in tokens"),
+               source: str = typer.Option("reference", help="source recorded on the rows (reference, cot, policy, ...)"),
+               template: Optional[str] = typer.Option(None, help="text file wrapping the prompt at its {prompt} placeholder"),
+               evaluate: bool = typer.Option(False, "--evaluate", help="judge each response right away"),
+               seed: int = typer.Option(0, help="sampling seed"),
+               batch: int = typer.Option(64, help="responses per generation batch"),
+               device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+               workers: Optional[int] = typer.Option(None, help="parallel sandboxes with --evaluate (default: cores)"),
+               timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
+               memory_mb: int = typer.Option(512, help="address-space limit"),
+               sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+        """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
+        from spo_lake.ingest.records import SOURCES
+        from spo_lake.pipelines.sample import sample as run
+
+        if source not in SOURCES:
+            raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
+        options, template_text = sandbox_options(timeout_s, memory_mb, sandbox), read_template(template)
+        report = run(open_lake(), load_model(model, device), where=where, n=n, temperature=temperature, top_p=top_p,
+                     max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
+                     temperature_range=temperature_range, evaluate=evaluate, options=options, workers=workers,
+                     batch=batch)
+        console.print(report.summary())
+
+    @app.command()
+    @user_errors
+    def q0(model: str = typer.Option(..., help=MODEL_HELP),
+           k: int = typer.Option(800, "--k", help="samples of π0 per prompt"),
+           where: Optional[str] = typer.Option(None, help=WHERE_PROMPTS),
+           beta: Optional[float] = typer.Option(None, help="β for the printed mean Q̂0 (default 1/ln 100000)"),
+           max_new_tokens: int = typer.Option(256, help="longest response in tokens"),
+           seed: int = typer.Option(0, help="sampling seed"),
+           batch: int = typer.Option(64, help="responses per generation batch"),
+           device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+           workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
+           timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
+           memory_mb: int = typer.Option(512, help="address-space limit"),
+           sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+        """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
+        from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
+
+        options = sandbox_options(timeout_s, memory_mb, sandbox)
+        report = run(open_lake(), load_model(model, device), k=k, where=where, beta=PAPER_BETA if beta is None else beta,
+                     seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers)
+        console.print(report.summary())
+
+    @app.command()
+    @user_errors
+    def refprobs(model: str = typer.Option(..., help=MODEL_HELP),
+                 where: Optional[str] = typer.Option(None, help=WHERE_TRAJECTORIES),
+                 batch_size: int = typer.Option(16, help="sequences per scoring batch"),
+                 device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)")) -> None:
+        """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
+        from spo_lake.pipelines.refprobs import refprobs as run
+
+        console.print(run(open_lake(), load_model(model, device), where=where, batch_size=batch_size).summary())
+
+    @app.command()
+    @user_errors
+    def pts(model: str = typer.Option(..., help=MODEL_HELP),
+            k: int = typer.Option(10, "--k", help="rollouts per visited prefix"),
+            threshold: float = typer.Option(0.2, help="success-probability change that makes a token pivotal"),
+            where: Optional[str] = typer.Option(None, help=WHERE_TRAJECTORIES),
+            s0_range: Tuple[float, float] = typer.Option((0.2, 0.8), help="LO HI: search only prompts with S0 inside"),
+            max_new_tokens: int = typer.Option(256, help="longest response (prefix + continuation) in tokens"),
+            seed: int = typer.Option(0, help="sampling seed"),
+            device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+            workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
+            timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
+            memory_mb: int = typer.Option(512, help="address-space limit"),
+            sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+        """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
+        from spo_lake.pipelines.pts import pts as run
+
+        options = sandbox_options(timeout_s, memory_mb, sandbox)
+        # transformers: PTS continues token-level prefixes, which only that backend's sampler takes so far
+        report = run(open_lake(), load_model(model, device, "transformers"), k=k, threshold=threshold, where=where,
+                     s0_range=tuple(s0_range), max_new_tokens=max_new_tokens, seed=seed, options=options,
+                     workers=workers)
+        console.print(report.summary())
+
+    app.add_typer(model_app, name="model")

@@ -1,0 +1,110 @@
+"""`spolake q0`: Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), for Q̂0 (DESIGN §2).
+
+Reuses what the lake holds: every evaluated trajectory of the model sampled from the plain prompt at temperature 1,
+top-p 1 (any source; not PTS continuations, not templated prompts, not later policy versions) counts. Only the
+missing samples are drawn (source `reference`, evaluated right away), so a second run with the same k samples
+nothing. Writes prompt-level `values` rows (n, n_success) when the counts changed; readers take the row with the
+largest n per key. Q̂0 = β·log(S0 + (1−S0)·e^{−1/β}) is derived from the counts, never stored.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spo_lake.lake import Lake
+from spo_lake.models.backend import PolicyBackend
+from spo_lake.pipelines.common import BufferedAppender
+from spo_lake.pipelines.sample import (
+    Request, SampleReport, SampleSettings, draw, recorded_run, select_prompts, sql_literal,
+)
+from spo_lake.rl.losses import q0_from_counts
+from spo_lake.tasks import Problem, SandboxOptions, get_task
+
+PAPER_BETA = 0.08685889638065036  # 1/ln(100000): e^{-1/β} = 1e-5
+
+
+@dataclass
+class Q0Report:
+    prompts: int = 0
+    sampled: int = 0
+    reused: int = 0
+    values_written: int = 0
+    mean_s0: float = float("nan")
+    mean_q0: float = float("nan")
+    beta: float = PAPER_BETA
+    run_id: str = ""
+
+    def summary(self) -> str:
+        return (f"{self.prompts} prompts: reused {self.reused} evaluated samples, sampled {self.sampled}; "
+                f"wrote {self.values_written} values rows; mean S0 {self.mean_s0:.3f}, "
+                f"mean Q̂0 {self.mean_q0:.4f} at β={self.beta:.4g}")
+
+
+def success_counts(lake: Lake, model_id: str, problems: list[Problem]) -> dict[str, tuple[int, int]]:
+    """{prompt_id: (n, n_success)} over π0 samples (see module doc) judged by the prompt's own verifier."""
+    if not problems:
+        return {}
+    ids = ", ".join(sql_literal(p.prompt_id) for p in problems)
+    rows = lake.sql(f"""
+        SELECT t.prompt_id, e.verifier, count(DISTINCT t.trajectory_id) AS n,
+               count(DISTINCT t.trajectory_id) FILTER (WHERE e.passed) AS n_success
+        FROM trajectories t JOIN evaluations e USING (trajectory_id)
+        WHERE t.model_id = {sql_literal(model_id)} AND t.temperature = 1.0 AND t.top_p = 1.0
+          AND t.prefix_trajectory_id IS NULL AND coalesce(t.policy_version, 0) = 0
+          AND (t.metadata->>'template') IS NULL AND t.prompt_id IN ({ids})
+        GROUP BY ALL""").to_pylist()
+    by_key = {(r["prompt_id"], r["verifier"]): (r["n"], r["n_success"]) for r in rows}
+    counts = {}
+    for p in problems:
+        found = by_key.get((p.prompt_id, get_task(p.task).verifier_name(p)))
+        if found:
+            counts[p.prompt_id] = found
+    return counts
+
+
+def latest_prompt_values(lake: Lake, model_id: str) -> list[dict[str, Any]]:
+    """The prompt-level values row with the largest n per prompt for this model at temperature 1, top-p 1."""
+    return lake.sql(f"""
+        SELECT prompt_id, n, n_success FROM "values"
+        WHERE trajectory_id IS NULL AND position IS NULL AND model_id = {sql_literal(model_id)}
+          AND temperature = 1.0 AND top_p = 1.0
+        QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY n DESC, created_at DESC) = 1""").to_pylist()
+
+
+def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = None, beta: float = PAPER_BETA,
+       seed: int = 0, batch: int = 64, max_new_tokens: int = 256, options: SandboxOptions = SandboxOptions(),
+       workers: int | None = None, flush_rows: int = 2000, show_progress: bool = True) -> Q0Report:
+    """Bring every selected prompt (`where` is SQL over prompts p) to at least k evaluated π0 samples and record
+    the counts."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    q0_from_counts(1, 0, beta)  # rejects a bad β before any sampling
+    problems = select_prompts(lake, where)
+    have = success_counts(lake, model.model_id, problems)
+    # Sample indices continue after the reused ones, so their seeds differ from any earlier q0 run's.
+    requests = [Request(p, i, 1.0) for p in problems for i in range(have.get(p.prompt_id, (0, 0))[0], k)]
+    report = Q0Report(prompts=len(problems), reused=sum(n for n, _ in have.values()), beta=beta)
+    settings = SampleSettings("reference", 1.0, 1.0, max_new_tokens, None, seed)
+    config = {"model_id": model.model_id, "k": k, "where": where, "beta": beta, "seed": seed,
+              "max_new_tokens": max_new_tokens}
+    with recorded_run(lake, "q0", config) as run:
+        report.run_id = run.run_id
+        with BufferedAppender(lake, flush_rows=flush_rows) as out:
+            sampled = SampleReport()
+            draw(model, requests, settings, out, run_id=run.run_id, report=sampled, evaluate=options,
+                 workers=workers, batch=batch, show_progress=show_progress, label="q0")
+        report.sampled = sampled.sampled
+        counts = success_counts(lake, model.model_id, problems)
+        recorded = {r["prompt_id"]: (r["n"], r["n_success"]) for r in latest_prompt_values(lake, model.model_id)}
+        rows = [{"prompt_id": pid, "trajectory_id": None, "position": None, "model_id": model.model_id,
+                 "temperature": 1.0, "top_p": 1.0, "n": n, "n_success": s, "run_id": run.run_id}
+                for pid, (n, s) in counts.items() if recorded.get(pid) != (n, s)]
+        if rows:
+            lake.append("values", rows)
+        report.values_written = len(rows)
+        if counts:
+            report.mean_s0 = sum(s / n for n, s in counts.values()) / len(counts)
+            report.mean_q0 = sum(q0_from_counts(n, s, beta) for n, s in counts.values()) / len(counts)
+        run.metrics.update(sampled=report.sampled, reused=report.reused, values_written=report.values_written,
+                           mean_s0=report.mean_s0 if counts else None, mean_q0=report.mean_q0 if counts else None)
+    return report

@@ -1,0 +1,264 @@
+"""`spolake sample`: draw responses from a policy for selected prompts and write them as trajectories.
+
+Every row carries its provenance: model, tokenizer, sampling settings, token ids, the behaviour log-probs of the
+distribution actually sampled from, the run, and in metadata the finish reason, seeds and prompt template.
+Resumable: a prompt that already holds n trajectories of this model, source and settings is skipped, and one that
+holds m < n gets n − m more. Sampling is deterministic for a seed and a lake state: each batch's seed derives from
+(seed, settings, first prompt and sample index), so resumed work draws fresh samples instead of repeating old ones.
+
+Also here: what the model pipelines (sample, q0, refprobs, pts) share — prompt rendering, ids, seeds, the
+tokenizer id, and the `runs` bookkeeping.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from importlib import metadata as package_metadata
+from typing import Any, Iterator, Sequence
+
+from spo_lake.lake import Lake
+from spo_lake.lake.contracts import to_json_text
+from spo_lake.models.backend import PolicyBackend
+from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar, where_clause
+from spo_lake.pipelines.evaluate import evaluation_row
+from spo_lake.pipelines.judge import judge_many
+from spo_lake.tasks import Problem, SandboxOptions, get_task
+from spo_lake.tasks.normalize import response_hash
+
+# ---------------------------------------------------------------------------------------------- shared helpers
+
+
+def sql_literal(value: str | None) -> str:
+    return "NULL" if value is None else "'" + value.replace("'", "''") + "'"
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed determined by `parts` (stable across processes, unlike hash())."""
+    digest = hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def sampled_id(run_id: str, prompt_id: str, index: int, *extra: Any) -> str:
+    """Trajectory id of a sampled row: unique within its run, so a crashed run's orphan facts are never re-used."""
+    return hashlib.blake2b(json.dumps([run_id, prompt_id, index, *extra]).encode(), digest_size=16).hexdigest()
+
+
+def tokenizer_id(model: PolicyBackend) -> str:
+    """Content id of the model's tokenizer (its token -> id map): equal for models that share a tokenizer, so
+    their token ids can be reused across them."""
+    vocab = sorted(model.tokenizer.get_vocab().items())
+    return "vocab-" + hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def render_prompt(problem: Problem, template: str | None = None) -> str:
+    """The text the policy is conditioned on: the task's prompt format, inside `template`'s {prompt} if given."""
+    text = get_task(problem.task).format_prompt(problem)
+    return template.replace("{prompt}", text) if template else text
+
+
+def trajectory_token_ids(model: PolicyBackend, tok_id: str, row: dict[str, Any]) -> tuple[list[int], list[int], bool]:
+    """(prompt ids, response ids, whether the text had to be tokenised) of a trajectory row joined with its prompt,
+    under the model's tokenizer: the row's own token ids when they belong to it, else its text tokenised. The prompt
+    is the task's plain format (what a trainer conditions on), even for rows sampled under a template."""
+    prompt = render_prompt(Problem.from_row(row))
+    if row["token_ids"] is not None and row["tokenizer_id"] == tok_id:
+        return model.encode_prompt(prompt), list(row["token_ids"]), False
+    return (*model.tokenize_response(prompt, row["response_text"]), True)
+
+
+def select_prompts(lake: Lake, where: str | None) -> list[Problem]:
+    rows = lake.sql(f"SELECT p.* FROM prompts p {where_clause(where)} ORDER BY p.prompt_id").to_pylist()
+    return [Problem.from_row(r) for r in rows]
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+def _version(package: str) -> str | None:
+    try:
+        return package_metadata.version(package)
+    except package_metadata.PackageNotFoundError:  # e.g. run from a source checkout without installing
+        return None
+
+
+@contextmanager
+def recorded_run(lake: Lake, kind: str, config: dict[str, Any]) -> Iterator[RunRecord]:
+    """A `runs` row with status running, then finished (with the metrics the body filled in) or failed."""
+    run = RunRecord(new_run_id(kind))
+    versions = {p: _version(p) for p in ("spo-lake", "torch", "transformers")}
+
+    def write(status: str) -> None:
+        lake.append("runs", [{"run_id": run.run_id, "kind": kind, "status": status, "config": to_json_text(config),
+                              "metrics": to_json_text(run.metrics),
+                              "manifest": to_json_text({"seed": config.get("seed"), "packages": versions})}])
+
+    write("running")
+    try:
+        yield run
+    except BaseException:
+        write("failed")
+        raise
+    write("finished")
+
+
+# ---------------------------------------------------------------------------------------------- sampling
+
+
+@dataclass(frozen=True)
+class SampleSettings:
+    """How to sample. With `temperature_range`, each prompt gets one temperature drawn uniformly from it,
+    deterministically by (seed, prompt_id)."""
+
+    source: str
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    template: str | None = None
+    seed: int = 0
+    temperature_range: tuple[float, float] | None = None
+
+    def __post_init__(self) -> None:
+        lo, hi = self.temperature_range or (self.temperature, self.temperature)
+        if not 0 <= lo <= hi or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
+            raise ValueError(f"bad sampling settings: temperature {self.temperature_range or self.temperature}, "
+                             f"top_p {self.top_p}, max_new_tokens {self.max_new_tokens}")
+        if self.template is not None and "{prompt}" not in self.template:
+            raise ValueError("template has no {prompt} placeholder")
+
+    def temperature_for(self, prompt_id: str) -> float:
+        if self.temperature_range is None:
+            return self.temperature
+        return random.Random(derive_seed(self.seed, "temperature", prompt_id)).uniform(*self.temperature_range)
+
+
+@dataclass(frozen=True)
+class Request:
+    """Draw the sample with this index (0-based among this prompt's samples of these settings)."""
+
+    problem: Problem
+    index: int
+    temperature: float
+
+
+@dataclass
+class SampleReport:
+    prompts: int = 0
+    skipped: int = 0
+    sampled: int = 0
+    tokens: int = 0
+    evaluated: int = 0
+    passed: int = 0
+    seconds: float = 0.0
+    run_id: str = ""
+
+    def summary(self) -> str:
+        rate = f", {self.tokens / self.seconds:.0f} tokens/s" if self.seconds else ""
+        judged = f"; passed {self.passed}/{self.evaluated}" if self.evaluated else ""
+        return (f"sampled {self.sampled} responses for {self.prompts - self.skipped} prompts ({self.skipped} already "
+                f"complete){rate}{judged}")
+
+
+def existing_counts(lake: Lake, model_id: str, settings: SampleSettings) -> dict[tuple[str, float], int]:
+    """{(prompt_id, temperature): trajectories of this model, source and settings already in the lake}."""
+    rows = lake.sql(f"""
+        SELECT prompt_id, temperature, count(*) AS n FROM trajectories
+        WHERE model_id = {sql_literal(model_id)} AND source = {sql_literal(settings.source)}
+          AND top_p = '{settings.top_p!r}'::DOUBLE AND prefix_trajectory_id IS NULL
+          AND (metadata->>'template') IS NOT DISTINCT FROM {sql_literal(settings.template)}
+          AND TRY_CAST(metadata->>'max_new_tokens' AS BIGINT) = {settings.max_new_tokens}
+        GROUP BY ALL""").to_pylist()
+    return {(r["prompt_id"], r["temperature"]): r["n"] for r in rows}
+
+
+def draw(model: PolicyBackend, requests: Sequence[Request], settings: SampleSettings, out: BufferedAppender, *,
+         run_id: str, report: SampleReport, evaluate: SandboxOptions | None = None, workers: int | None = None,
+         batch: int = 64, show_progress: bool = True, label: str = "sample") -> None:
+    """Sample every request (batched per temperature) and add trajectories (and, with `evaluate`, their
+    evaluations, added first) to `out`; counts go into `report`. `label` names the progress bar and separates the
+    random streams of different pipelines (q0 and sample never replay each other's draws)."""
+    by_temperature: dict[float, list[Request]] = defaultdict(list)
+    for r in requests:
+        by_temperature[r.temperature].append(r)
+    tok_id = tokenizer_id(model)
+    started = time.perf_counter()
+    with progress_bar("tokens_per_s", disable=not show_progress) as bar:
+        task_id = bar.add_task(label, total=len(requests), tokens_per_s="-")
+        for temperature, group in by_temperature.items():
+            for start in range(0, len(group), batch):
+                chunk = group[start:start + batch]
+                call_seed = derive_seed(settings.seed, label, settings.source, settings.template, temperature,
+                                        settings.top_p, chunk[0].problem.prompt_id, chunk[0].index)
+                results = model.sample([render_prompt(r.problem, settings.template) for r in chunk], n=1,
+                                       temperature=temperature, top_p=settings.top_p,
+                                       max_new_tokens=settings.max_new_tokens, seed=call_seed)
+                rows = [_trajectory_row(model.model_id, tok_id, run_id, settings, r, res, call_seed)
+                        for r, res in zip(chunk, results)]
+                if evaluate is not None:
+                    verdicts = judge_many([(r.problem, res.text) for r, res in zip(chunk, results)], evaluate, workers)
+                    out.add("evaluations", [evaluation_row(row["trajectory_id"], _verifier(r.problem), v)
+                                            for row, r, v in zip(rows, chunk, verdicts)])
+                    report.evaluated += len(verdicts)
+                    report.passed += sum(v.passed for v in verdicts)
+                out.add("trajectories", rows)
+                report.sampled += len(rows)
+                report.tokens += sum(len(res.token_ids) for res in results)
+                report.seconds = time.perf_counter() - started
+                bar.update(task_id, advance=len(chunk), tokens_per_s=f"{report.tokens / report.seconds:.0f}")
+
+
+def _verifier(problem: Problem) -> str:
+    return get_task(problem.task).verifier_name(problem)
+
+
+def _trajectory_row(model_id: str, tok_id: str, run_id: str, settings: SampleSettings, request: Request, result,
+                    call_seed: int) -> dict[str, Any]:
+    pid = request.problem.prompt_id
+    meta = {"finish_reason": result.finish_reason, "seed": settings.seed, "call_seed": call_seed,
+            "sample_index": request.index, "template": settings.template, "max_new_tokens": settings.max_new_tokens,
+            "temperature_range": list(settings.temperature_range) if settings.temperature_range else None}
+    return {
+        "trajectory_id": sampled_id(run_id, pid, request.index), "prompt_id": pid, "source": settings.source,
+        "model_id": model_id, "run_id": run_id, "policy_version": 0, "temperature": request.temperature,
+        "top_p": settings.top_p, "response_text": result.text, "token_ids": result.token_ids,
+        "behavior_logprobs": result.logprobs, "tokenizer_id": tok_id, "response_hash": response_hash(result.text),
+        "prefix_trajectory_id": None, "prefix_position": None, "metadata": to_json_text(meta),
+    }
+
+
+def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int = 1, temperature: float = 1.0,
+           top_p: float = 1.0, max_new_tokens: int = 256, source: str = "reference", template: str | None = None,
+           seed: int = 0, temperature_range: tuple[float, float] | None = None, evaluate: bool = False,
+           options: SandboxOptions = SandboxOptions(), workers: int | None = None, batch: int = 64,
+           flush_rows: int = 1000, show_progress: bool = True) -> SampleReport:
+    """Sample n responses per selected prompt (`where` is SQL over prompts p), skipping what is already there."""
+    if n < 1:
+        raise ValueError(f"n must be at least 1, got {n}")
+    settings = SampleSettings(source, temperature, top_p, max_new_tokens, template, seed, temperature_range)
+    problems = select_prompts(lake, where)
+    have = existing_counts(lake, model.model_id, settings)
+    requests = []
+    report = SampleReport(prompts=len(problems))
+    for p in problems:
+        t = settings.temperature_for(p.prompt_id)
+        done = have.get((p.prompt_id, t), 0)
+        report.skipped += done >= n
+        requests += [Request(p, i, t) for i in range(done, n)]
+    config = {"model_id": model.model_id, "where": where, "n": n, "temperature": temperature, "top_p": top_p,
+              "max_new_tokens": max_new_tokens, "source": source, "template": template, "seed": seed,
+              "temperature_range": list(temperature_range) if temperature_range else None, "evaluate": evaluate}
+    with recorded_run(lake, "sample", config) as run, BufferedAppender(lake, flush_rows=flush_rows) as out:
+        report.run_id = run.run_id
+        draw(model, requests, settings, out, run_id=run.run_id, report=report,
+             evaluate=options if evaluate else None, workers=workers, batch=batch, show_progress=show_progress)
+        out.flush()
+        run.metrics.update(sampled=report.sampled, tokens=report.tokens, seconds=round(report.seconds, 3),
+                           evaluated=report.evaluated, passed=report.passed)
+    return report

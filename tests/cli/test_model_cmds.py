@@ -1,0 +1,87 @@
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from spo_lake.cli.common import STATE
+from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.cli.model_cmds import register
+from spo_lake.lake import Lake
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch):
+    """Invoke the model verbs on a countdown lake; returns (invoke, lake)."""
+    lake = Lake.init(tmp_path / "lake")
+    ingest_dataset(lake, "countdown", None, n=2, seed=0)
+    monkeypatch.setattr(STATE, "lake_path", str(tmp_path / "lake"))
+    app = typer.Typer()
+    register(app)
+    runner = CliRunner()
+
+    def invoke(*args: str):
+        return runner.invoke(app, [str(a) for a in args])
+
+    return invoke, lake
+
+
+def test_the_pipeline_verbs_chain_on_the_tiny_model(cli, tiny_model_dir, tmp_path):
+    invoke, lake = cli
+    model = str(tiny_model_dir)
+    template = tmp_path / "template.txt"
+    template.write_text("Think first.\n{prompt}")
+
+    result = invoke("sample", "--model", model, "--n", 2, "--max-new-tokens", 10, "--source", "cot",
+                    "--template", template, "--temperature", 0.7, "--top-p", 0.95, "--evaluate")
+    assert result.exit_code == 0, result.output
+    assert "sampled 4 responses for 2 prompts" in result.output
+    assert lake.sql("SELECT count(*) AS n FROM evaluations e JOIN trajectories t USING (trajectory_id) "
+                    "WHERE t.source = 'cot'").column("n")[0].as_py() == 4
+
+    result = invoke("q0", "--model", model, "--k", 3, "--max-new-tokens", 10, "--beta", 0.5)
+    assert result.exit_code == 0, result.output
+    assert "sampled 6" in result.output and "β=0.5" in result.output
+
+    result = invoke("refprobs", "--model", model, "--where", "t.source = 'cot'")
+    assert result.exit_code == 0 and "scored 4 trajectories" in result.output, result.output
+
+    result = invoke("pts", "--model", model, "--k", 2, "--s0-range", 0, 1, "--max-new-tokens", 10,
+                    "--where", "t.source = 'reference'")
+    assert result.exit_code == 0, result.output
+    passed = lake.sql("SELECT count(*) AS n FROM evaluations e JOIN trajectories t USING (trajectory_id) "
+                      "WHERE t.source = 'reference' AND e.passed").column("n")[0].as_py()
+    assert f"searched {passed} trajectories" in result.output
+    kinds = lake.sql("SELECT kind FROM runs WHERE status = 'finished' ORDER BY created_at").column("kind").to_pylist()
+    assert kinds == ["sample", "q0", "refprobs", "pts"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["sample", "--source", "bogus"], "--source 'bogus': unknown"),
+    (["sample", "--template", "/no/such/template.txt"], "no such file"),
+    (["sample", "--where", "p.nonexistent = 1"], "nonexistent"),
+    (["q0", "--k", 0], "k must be at least 1"),
+    (["pts", "--threshold", 0], "threshold"),
+])
+def test_user_mistakes_are_one_line_errors(cli, tiny_model_dir, args, message):
+    invoke, _ = cli
+    result = invoke(*args[:1], "--model", str(tiny_model_dir), *args[1:])
+    assert result.exit_code == 1
+    assert message in result.output and "Traceback" not in result.output
+    assert result.output.strip().startswith("error:") and len(result.output.strip().splitlines()) == 1
+
+
+def test_an_unloadable_model_is_a_one_line_error(cli, tmp_path):
+    invoke, _ = cli
+    result = invoke("refprobs", "--model", tmp_path / "missing-model")
+    assert result.exit_code == 1 and "cannot load model" in result.output and "Traceback" not in result.output
+
+
+def test_model_tiny_builds_a_loadable_model(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, ["model", "tiny", "--out", str(tmp_path / "tiny"), "--steps", "2"])
+    assert result.exit_code == 0, result.output
+    assert "parameters" in result.output
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny")
+    assert AutoTokenizer.from_pretrained(tmp_path / "tiny").eos_token_id == model.config.eos_token_id
