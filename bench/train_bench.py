@@ -1,0 +1,193 @@
+"""Training-step throughput and peak memory: SFT (the floor), SPO with cached π0 log-probs, SPO with a live π0,
+and PPO with its value model — same model, same batch, same run.
+
+Every variant runs the trainer's own update (`Trainer.update`) on one fixed batch drawn from a lake stream (SFT:
+the same forward pass with the token cross-entropy), in its own subprocess so that memory is measured cleanly:
+peak = high-water resident memory during the measured steps minus the resident memory before any model was built
+(on a GPU: torch.cuda.max_memory_allocated), the largest over rounds. Throughput = non-padding tokens per second
+of the fastest measured step over rounds (rounds interleave the variants, so a loaded machine hits all alike).
+
+Targets (issue 5): SPO with cache >= 0.9x SFT tokens/s; PPO peak memory >= 1.3x SPO's.
+
+    .venv/bin/python bench/train_bench.py [--hidden 512] [--layers 6] [--batch 16] [--lines 8] [--steps 5]
+
+The model is a randomly initialised Llama of the tiny model's architecture scaled up (throughput does not depend
+on the weights); the lake holds countdown problems with multi-line solutions, Q0 counts and cached log-probs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+VARIANTS = ("sft", "spo_cached", "spo_live", "ppo")
+
+
+def resident_mb(field: str = "VmRSS") -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+# ---------------------------------------------------------------------------------------------- setup (parent)
+
+
+def build(root: Path, args: argparse.Namespace) -> None:
+    """A model directory and a lake with long-ish correct responses, Q0 counts and cached π0 log-probs."""
+    from spo_lake.ingest import (
+        PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, from_records, ingest_trajectories, located,
+    )
+    from spo_lake.lake import Lake
+    from spo_lake.models.backend import TransformersPolicy
+    from spo_lake.models.tiny import TinyConfig, build_tokenizer, make_model
+    from spo_lake.pipelines.refprobs import refprobs
+    from spo_lake.tasks.countdown import make_problems
+
+    prompts, solutions = make_problems(args.batch * 2, seed=5)
+    responses = {s["prompt_id"]: "\n".join([s["response"]] * args.lines) for s in solutions}
+    tokenizer = build_tokenizer([p["prompt"] for p in prompts] + list(responses.values()))
+    config = TinyConfig(hidden_size=args.hidden, intermediate_size=3 * args.hidden, num_layers=args.layers,
+                        num_heads=max(1, args.hidden // 64), max_position_embeddings=2048)
+    model = make_model(config, tokenizer)
+    model.save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+
+    lake = Lake.init(root / "lake")
+    add_prompts(lake, from_records(located(prompts, "bench"), PROMPT_FIELDS, "prompts"))
+    records = [{"prompt_id": pid, "response": text, "reward": 0.0} for pid, text in responses.items()]
+    ingest_trajectories(lake, from_records(located(records, "bench"), TRAJECTORY_FIELDS, "trajectories"),
+                        source="human", defaults={"model": "solver"})
+    model_id = str(root / "model")
+    lake.append("values", [{"prompt_id": p["prompt_id"], "trajectory_id": None, "position": None, "model_id": model_id,
+                            "temperature": 1.0, "top_p": 1.0, "n": 8, "n_success": 2} for p in prompts])
+    refprobs(lake, TransformersPolicy.from_pretrained(model_id), show_progress=False)
+    lake.snapshot("bench")
+
+
+# ---------------------------------------------------------------------------------------------- one variant (child)
+
+
+def sft_update(trainer, examples) -> dict:
+    """The floor: the same forward pass and optimizer, loss = mean token cross-entropy of the responses."""
+    from spo_lake.rl.data import collate
+    from spo_lake.rl.scoring import response_log_probs
+
+    trainer.model.train()
+    trainer.optimizer.zero_grad(set_to_none=True)
+    batch = collate(examples, trainer.policy.pad_id).to(trainer.device)
+    logprobs = response_log_probs(trainer.model, batch)
+    loss = -(logprobs * batch.response_mask).sum() / batch.response_mask.sum()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(trainer.model.parameters(), 1.0)
+    trainer.optimizer.step()
+    return {"tokens": batch.tokens}
+
+
+def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
+    from spo_lake.lake import Lake
+    from spo_lake.models.backend import TransformersPolicy
+    from spo_lake.rl.config import StreamConfig, load_config
+    from spo_lake.rl.data import LakeStream, StreamSettings
+    from spo_lake.rl.trainer import Trainer
+
+    torch.set_num_threads(args.threads)
+    model_id = str(root / "model")
+    lake = Lake.open(root / "lake")
+    tokenizer_only = TransformersPolicy.from_pretrained(model_id)  # tokenises the stream's rows
+    stream = LakeStream(lake, "bench", StreamConfig("lake", "lake", 1.0), 0,
+                        StreamSettings(model_id, 0.1, 0, max_response_tokens=4096), tokenizer_only)
+    examples = stream.take(args.batch)
+    if variant in ("spo_live", "ppo"):  # no cache: π0 runs live (online rollouts never have cached log-probs)
+        examples = [type(e)(**{**vars(e), "ref_logprobs": None,
+                               "behavior_logprobs": e.ref_logprobs if variant == "ppo" else None}) for e in examples]
+    stream.close()
+    del tokenizer_only
+    device = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
+    lines = [f'model="{model_id}"', 'snapshot="bench"', f'run_dir="{root / "runs"}"', f"batch_size={args.batch}",
+             'loss="squared"', "lr=1e-5", "warmup_steps=0", f'device="{device}"', "write_back=false"]
+    lines += ['algorithm="ppo"', 'streams.online.kind="online"', "streams.online.fraction=1.0"] if variant == "ppo" \
+        else ['streams.lake.kind="lake"', "streams.lake.fraction=1.0"]
+
+    baseline = torch.cuda.memory_allocated() / 2**20 if device == "cuda" else resident_mb()
+    trainer = Trainer(load_config(None, lines), lake, show_progress=False)
+    update = (lambda: sft_update(trainer, examples)) if variant == "sft" else (lambda: trainer.update(examples))
+    for _ in range(args.warmup):
+        update()
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        Path("/proc/self/clear_refs").write_text("5")  # restart the high-water mark at the current RSS
+    seconds, tokens = [], 0
+    for _ in range(args.steps):
+        started = time.perf_counter()
+        tokens = update()["tokens"]
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - started)
+    peak = torch.cuda.max_memory_allocated() / 2**20 - baseline if device == "cuda" else resident_mb("VmHWM") - baseline
+    trainer.close()
+    return {"variant": variant, "device": device, "step_seconds": seconds, "tokens_per_step": tokens,
+            "peak_mb": peak, "parameters": sum(p.numel() for p in trainer.model.parameters())}
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--lines", type=int, default=8, help="solution lines per response (response length)")
+    parser.add_argument("--steps", type=int, default=5, help="measured steps per variant")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2, help="subprocess runs per variant, interleaved")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--device", default="auto", help="auto (cuda when available) or cpu")
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child mode
+    parser.add_argument("--root", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.variant:
+        print(json.dumps(run_variant(Path(args.root), args.variant, args)))
+        return
+
+    root = Path(tempfile.mkdtemp(prefix="train-bench-"))
+    build(root, args)
+    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    for _ in range(args.rounds):  # rounds alternate the variants, so machine load hits all of them alike
+        for variant in VARIANTS:
+            child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--variant", variant, "--root", str(root)],
+                                   capture_output=True, text=True)
+            if child.returncode != 0:
+                sys.exit(f"{variant} failed:\n{child.stderr[-3000:]}")
+            runs[variant].append(json.loads(child.stdout.strip().splitlines()[-1]))
+    results = {}
+    for variant, rs in runs.items():  # the fastest step and the largest peak over all rounds
+        step_s = min(t for r in rs for t in r["step_seconds"])
+        results[variant] = {**rs[0], "step_s": step_s, "tokens_per_s": rs[0]["tokens_per_step"] / step_s,
+                            "peak_mb": max(r["peak_mb"] for r in rs)}
+    first = results["sft"]
+    print(f"model {first['parameters'] / 1e6:.1f} M parameters on {first['device']}, batch {args.batch}, "
+          f"{first['tokens_per_step']:.0f} tokens/step, {args.threads} threads")
+    print(f"{'variant':<12}{'tokens/s':>10}{'s/step':>9}{'peak MB':>10}{'vs SFT':>8}")
+    for name, r in results.items():
+        print(f"{name:<12}{r['tokens_per_s']:>10.0f}{r['step_s']:>9.3f}{r['peak_mb']:>10.0f}"
+              f"{r['tokens_per_s'] / first['tokens_per_s']:>8.2f}")
+    speed = results["spo_cached"]["tokens_per_s"] / first["tokens_per_s"]
+    memory_live = results["ppo"]["peak_mb"] / results["spo_live"]["peak_mb"]
+    memory_cached = results["ppo"]["peak_mb"] / results["spo_cached"]["peak_mb"]
+    print(f"SPO (cached π0) / SFT throughput: {speed:.2f}  (target >= 0.9)")
+    print(f"PPO / SPO peak memory: {memory_live:.2f} vs live-π0 SPO, {memory_cached:.2f} vs cached-π0 SPO "
+          f"(target >= 1.3)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""Training verbs: `train` (SPO or the PPO baseline) and `eval` (pass@k of a model)."""
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from spo_lake.cli.common import console, open_lake, user_errors
+from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
+
+
+def quiet_transformers() -> None:
+    """Our own console shows progress; transformers' weight-loading bars would interleave with it."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
+def flag_overrides(**flags) -> list[str]:
+    """Explicit options as `key=value` overrides (strings JSON-quoted, which is valid TOML)."""
+    return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    @user_errors
+    def train(config: Optional[str] = typer.Option(None, "--config", "-c", help="run config (TOML)"),
+              set_: list[str] = typer.Option(None, "--set", help="override a key: key=value or "
+                                             "streams.<name>.<key>=value (TOML values; repeatable)"),
+              model: Optional[str] = typer.Option(None, help="policy to train (key `model`)"),
+              algorithm: Optional[str] = typer.Option(None, help="spo or ppo"),
+              steps: Optional[int] = typer.Option(None, help="optimizer steps"),
+              seed: Optional[int] = typer.Option(None, help="seed of data order, rollouts and initialisation"),
+              snapshot: Optional[str] = typer.Option(None, help="lake snapshot to read (default: pin a new one)"),
+              run_dir: Optional[str] = typer.Option(None, help="parent directory of run directories"),
+              run_name: Optional[str] = typer.Option(None, help="run id (default: a fresh one)"),
+              device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:1, ..."),
+              resume: Optional[str] = typer.Option(None, help="continue the run in this directory exactly"),
+              quiet: bool = typer.Option(False, help="no live progress display")) -> None:
+        """Train with SPO (or PPO) from a pinned lake snapshot mixed with online rollouts, writing them back."""
+        from spo_lake.rl.config import load_config
+        from spo_lake.rl.trainer import Trainer
+
+        quiet_transformers()
+        overrides = flag_overrides(model=model, algorithm=algorithm, steps=steps, seed=seed, snapshot=snapshot,
+                                   run_dir=run_dir, run_name=run_name, device=device) + list(set_ or [])
+        lake = open_lake()
+        with console.status("setting up the run"):
+            if resume:
+                if config:
+                    raise ValueError("--resume continues the run's recorded config; drop --config "
+                                     "(use --set to change keys)")
+                trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet)
+            else:
+                trainer = Trainer(load_config(config, overrides), lake, show_progress=not quiet)
+        console.print(f"run {trainer.run_id}: snapshot {trainer.snapshot}, from step {trainer.step}, "
+                      f"directory {trainer.run_dir}")
+        last = trainer.train()
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in last.items()
+                          if isinstance(v, float) and not k.startswith(("seconds", "wait", "lr")))
+        console.print(f"run {trainer.run_id} finished at step {trainer.step}: {shown}")
+
+    @app.command("eval")
+    @user_errors
+    def eval_(model: str = typer.Option(..., help="model directory or hub name (a checkpoint works)"),
+              where: Optional[str] = typer.Option(None, help="SQL filter over prompts p"),
+              snapshot: Optional[str] = typer.Option(None, help="read prompts at this snapshot"),
+              n: int = typer.Option(20, "--n", help="samples per prompt"),
+              temperature: float = typer.Option(0.4, help="sampling temperature"),
+              top_p: float = typer.Option(0.95, help="nucleus sampling p"),
+              k: str = typer.Option("1,10", "--k", help="comma-separated k values"),
+              max_new_tokens: int = typer.Option(512, help="response length limit"),
+              max_prompts: Optional[int] = typer.Option(None, help="evaluate at most this many prompts"),
+              seed: int = typer.Option(0, help="sampling seed"),
+              device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
+              save: bool = typer.Option(True, help="write the samples and verdicts back (source policy)"),
+              workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
+              timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
+              memory_mb: int = typer.Option(512, help="address-space limit"),
+              sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+        """pass@k of a model with the unbiased estimator (paper: n=20, temperature 0.4, top-p 0.95, k=1,10)."""
+        from spo_lake.models.backend import TransformersPolicy
+        from spo_lake.rl.evaluation import EvalSettings, evaluate_in_lake
+        from spo_lake.rl.trainer import resolve_device
+
+        quiet_transformers()
+        try:
+            ks = tuple(int(x) for x in k.split(",") if x.strip())
+        except ValueError:
+            raise ValueError(f"--k {k!r}: expected comma-separated integers such as 1,10") from None
+        settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)
+        options = sandbox_options(timeout_s, memory_mb, sandbox)
+        lake = open_lake()
+        with console.status(f"loading {model}"):
+            policy = TransformersPolicy.from_pretrained(model, str(resolve_device(device)))
+        result, run_id = evaluate_in_lake(lake, policy, settings, where=where, snapshot=snapshot,
+                                          max_prompts=max_prompts, options=options, workers=workers, save=save)
+        scores = ", ".join(f"pass@{k}={v:.4f}" for k, v in result.pass_at_k.items())
+        console.print(f"{model}: {len(result.per_problem)} prompts × {n} samples: {scores} (run {run_id})")

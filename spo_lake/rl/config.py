@@ -1,0 +1,277 @@
+"""The training config: one dataclass whose fields are exactly the keys of a run's TOML file.
+
+```toml
+model = "runs/tiny"                 # policy to train (and π0 unless `reference` is set)
+algorithm = "spo"                   # spo | ppo
+steps = 200
+[[streams]]                         # what each batch is made of, by fraction
+name = "online"
+kind = "online"
+fraction = 0.5
+[[streams]]
+name = "lake"
+kind = "lake"
+fraction = 0.5
+where = "passed AND source = 'human'"
+```
+
+Every key can be overridden from the command line with `--set key=value` (TOML value syntax; a bare word is a
+string), stream keys with `--set streams.<name>.<key>=value`.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+import typing
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from spo_lake.rl.losses import LOSSES, OBJECTIVES
+
+ALGORITHMS = ("spo", "ppo")
+STREAM_KINDS = ("online", "lake")
+PAPER_BETA = 1.0 / math.log(100_000)  # e^{−1/β} = 1e-5 (paper §5)
+
+
+@dataclass
+class StreamConfig:
+    """One named source of training sequences and its share of every batch."""
+
+    name: str
+    kind: str = "lake"  # online: fresh rollouts of the behaviour policy; lake: trajectories of the pinned snapshot
+    fraction: float = 0.5
+    where: str = ""  # lake: SQL condition over the selection's columns (spo_lake.rl.data.SELECTION_COLUMNS)
+    objective: str = ""  # SPO objective for this stream's sequences; "" = the run's
+    loss: str = ""  # "" = the run's
+    mc: bool = False  # lake: only trajectories with Monte-Carlo prefix estimates, regressed at those positions
+
+
+@dataclass
+class TrainConfig:
+    # models
+    model: str = ""
+    reference: str = ""  # π0 (reference model); "" = `model`
+    reference_id: str = ""  # model_id of π0 in the values/logprobs tables; "" = `reference` as given
+    # algorithm
+    algorithm: str = "spo"
+    objective: str = "terminal"
+    loss: str = "ce"
+    beta: float = PAPER_BETA
+    # data
+    snapshot: str = ""  # "" = pin a new snapshot named after the run
+    prompts_where: str = ""  # SQL over `prompts` choosing the online rollout prompts
+    q0_temperature: float = -1.0  # which prompt-level Q0 counts to use; < 0 = any
+    q0_top_p: float = -1.0
+    max_response_tokens: int = 1024  # lake trajectories longer than this are skipped
+    page_size: int = 1024  # lake rows fetched per query: memory per stream is O(page_size)
+    streams: list[StreamConfig] = field(default_factory=lambda: [StreamConfig("online", "online", 1.0)])
+    # optimisation
+    steps: int = 1000
+    batch_size: int = 16
+    grad_accum: int = 1
+    lr: float = 1e-6
+    warmup_steps: int = 200
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    # online rollouts
+    model_update_interval: int = 10  # behaviour policy refreshed every this many steps (PPO: forced to 1)
+    rollout_lag: int = 1  # steps a rollout's policy may trail the trainer: 0 = synchronous, 1 = overlapped
+    samples_per_prompt: int = 1
+    temperature_min: float = 0.1  # rollout temperature ~ U(min, max), one draw per step
+    temperature_max: float = 0.8
+    top_p: float = 0.95
+    max_new_tokens: int = 512
+    stop: list[str] = field(default_factory=list)
+    write_back: bool = True  # append online rollouts and their verdicts to the lake
+    flush_rows: int = 512
+    sandbox_mode: str = "bwrap"
+    sandbox_timeout_s: float = 5.0
+    sandbox_memory_mb: int = 512
+    judge_workers: int = 2
+    # PPO (paper §3.1.4)
+    value_lr: float = 1e-5
+    gamma: float = 1.0
+    lam: float = 0.95
+    clip_eps: float = 0.2
+    value_clip_eps: float = 0.2
+    value_coef: float = 0.5
+    # evaluation (pass@k on held-out prompts)
+    eval_every: int = 0  # steps; 0 = never during training
+    eval_where: str = ""  # SQL over `prompts`
+    eval_max_prompts: int = 100
+    eval_n: int = 20
+    eval_k: list[int] = field(default_factory=lambda: [1, 10])
+    eval_temperature: float = 0.4
+    eval_top_p: float = 0.95
+    # run
+    run_name: str = ""  # "" = a fresh id
+    run_dir: str = "runs"
+    checkpoint_every: int = 0  # steps; 0 = only at the end
+    keep_checkpoints: int = 2
+    seed: int = 0
+    device: str = "auto"  # auto = cuda when available
+    dtype: str = "auto"  # auto = bfloat16 on GPU, float32 on CPU
+    gradient_checkpointing: bool = False
+    score_batch_size: int = 16  # sequences per forward of the live reference model
+
+    @property
+    def reference_path(self) -> str:
+        return self.reference or self.model
+
+    @property
+    def pi0_id(self) -> str:
+        return self.reference_id or self.reference_path
+
+    @property
+    def behaviour_interval(self) -> int:
+        return 1 if self.algorithm == "ppo" else self.model_update_interval
+
+    def stream_objective(self, stream: StreamConfig) -> tuple[str, str]:
+        return stream.objective or self.objective, stream.loss or self.loss
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def validate(c: TrainConfig) -> TrainConfig:
+    """Raise ValueError with one line naming the bad key; returns c."""
+    _check(bool(c.model), "config: `model` is required (a model directory or hub name)")
+    _check(c.algorithm in ALGORITHMS, f"config: algorithm {c.algorithm!r} not in {ALGORITHMS}")
+    _check(c.beta > 0, f"config: beta must be > 0, got {c.beta}")
+    for key in ("steps", "batch_size", "grad_accum", "model_update_interval", "samples_per_prompt", "max_new_tokens",
+                "max_response_tokens", "page_size", "eval_n", "judge_workers", "flush_rows", "score_batch_size"):
+        _check(getattr(c, key) >= 1, f"config: {key} must be >= 1, got {getattr(c, key)}")
+    for key in ("warmup_steps", "eval_every", "checkpoint_every", "rollout_lag", "lr", "value_lr", "weight_decay"):
+        _check(getattr(c, key) >= 0, f"config: {key} must be >= 0, got {getattr(c, key)}")
+    _check(c.batch_size % c.grad_accum == 0,
+           f"config: batch_size {c.batch_size} is not divisible by grad_accum {c.grad_accum}")
+    _check(0 <= c.temperature_min <= c.temperature_max,
+           f"config: need 0 <= temperature_min <= temperature_max, got {c.temperature_min}, {c.temperature_max}")
+    _check(0 < c.top_p <= 1 and 0 < c.eval_top_p <= 1, "config: top_p and eval_top_p must lie in (0, 1]")
+    _check(all(1 <= k <= c.eval_n for k in c.eval_k), f"config: every eval_k must lie in 1..eval_n={c.eval_n}")
+    _check(c.dtype in ("auto", "float32", "bfloat16", "float16"), f"config: dtype {c.dtype!r} unknown")
+    _check(c.keep_checkpoints >= 1, "config: keep_checkpoints must be >= 1")
+    _check(bool(c.streams), "config: at least one [[streams]] entry is needed")
+    names = [s.name for s in c.streams]
+    _check(len(set(names)) == len(names), f"config: stream names must be unique, got {names}")
+    _check(sum(s.kind == "online" for s in c.streams) <= 1, "config: at most one online stream")
+    _check(abs(sum(s.fraction for s in c.streams) - 1.0) < 1e-6,
+           f"config: stream fractions must sum to 1, got {sum(s.fraction for s in c.streams):g}")
+    for s in c.streams:
+        where = f"config: stream {s.name!r}"
+        _check(s.kind in STREAM_KINDS, f"{where}: kind {s.kind!r} not in {STREAM_KINDS}")
+        _check(s.fraction > 0, f"{where}: fraction must be > 0")
+        _check(not (s.kind == "online" and (s.where or s.mc)), f"{where}: `where` and `mc` apply to lake streams only")
+        objective, loss = c.stream_objective(s)
+        _check(objective in OBJECTIVES, f"{where}: objective {objective!r} not in {OBJECTIVES}")
+        _check(loss in LOSSES, f"{where}: loss {loss!r} not in {LOSSES}")
+        _check(not (objective == "advantage" and loss != "ce"), f"{where}: objective 'advantage' needs loss 'ce'")
+    if c.algorithm == "ppo":
+        _check(all(s.kind == "online" for s in c.streams),
+               "config: PPO trains on online rollouts only (one online stream)")
+    online = sum(count for s, count in zip(c.streams, stream_counts(c)) if s.kind == "online")
+    _check(online % c.samples_per_prompt == 0,
+           f"config: the online share of a batch ({online}) is not divisible by "
+           f"samples_per_prompt {c.samples_per_prompt}")
+    return c
+
+
+def stream_counts(c: TrainConfig) -> list[int]:
+    """Sequences per batch for each stream: fraction × batch_size by largest remainder, fixed for every batch."""
+    exact = [s.fraction * c.batch_size for s in c.streams]
+    counts = [int(x) for x in exact]
+    by_remainder = sorted(range(len(exact)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in by_remainder[: c.batch_size - sum(counts)]:
+        counts[i] += 1
+    if any(n == 0 for n in counts):
+        raise ValueError(f"config: batch_size {c.batch_size} leaves a stream with no sequence (counts {counts})")
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Check (and widen int → float) a TOML value against a field's type annotation."""
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    origin = typing.get_origin(annotation)
+    if origin is list:
+        (item,) = typing.get_args(annotation)
+        _check(isinstance(value, list), f"{key} must be a list")
+        if item is StreamConfig:
+            return [_stream(v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [_coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    ok = isinstance(value, annotation) and not (annotation is int and isinstance(value, bool))
+    _check(ok, f"{key} must be {annotation.__name__}, got {value!r}")
+    return value
+
+
+def _from_mapping(cls: type, data: dict[str, Any], where: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    _check(not unknown, f"{where}: unknown key(s) {unknown}; known: {', '.join(known)}")
+    missing = [n for n, f in known.items() if f.default is MISSING and f.default_factory is MISSING and n not in data]
+    _check(not missing, f"{where}: missing key(s) {missing}")
+    return cls(**{k: _coerce(v, hints[k], f"{where}: {k}") for k, v in data.items()})
+
+
+def _stream(data: Any, where: str) -> StreamConfig:
+    _check(isinstance(data, dict), f"{where} must be a table")
+    return _from_mapping(StreamConfig, data, where)
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value in TOML syntax (`3`, `0.5`, `true`, `"x"`, `[1, 10]`); anything else is a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `key=value` and `streams.<name>.<key>=value` assignments to a raw config mapping."""
+    data = {**data, "streams": [dict(s) for s in data.get("streams", [])]}
+    for item in overrides:
+        _check("=" in item, f"--set expects key=value, got {item!r}")
+        key, text = (part.strip() for part in item.split("=", 1))
+        value = parse_value(text)
+        if key.startswith("streams."):
+            parts = key.split(".")
+            _check(len(parts) == 3, f"--set {key}: stream keys look like streams.<name>.<key>")
+            matches = [s for s in data["streams"] if s.get("name") == parts[1]]
+            if not matches:  # a new stream, e.g. --set streams.lake.kind=lake
+                matches = [{"name": parts[1]}]
+                data["streams"].append(matches[0])
+            matches[0][parts[2]] = value
+        else:
+            data[key] = value
+    if not data["streams"]:
+        del data["streams"]
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a TOML config (or start from defaults), apply overrides, type-check and validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ValueError(f"config file {path} not found") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{path}: invalid TOML: {exc}") from None
+    data = apply_overrides(data, overrides or [])
+    return validate(_from_mapping(TrainConfig, data, "config"))
+
+
+def config_from_dict(data: dict[str, Any]) -> TrainConfig:
+    """The inverse of TrainConfig.to_dict (used to resume a run from its manifest)."""
+    return validate(_from_mapping(TrainConfig, data, "config"))

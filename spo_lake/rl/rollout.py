@@ -1,0 +1,256 @@
+"""Online rollouts: a worker thread samples with the behaviour policy and judges in the sandbox while the trainer
+trains, and a source that hands each step its rollouts and writes them back to the lake.
+
+Determinism despite the thread: the schedule is a function of the step alone. The rollouts of step s use
+  - prompts and the temperature ~ U(temperature_min, temperature_max) drawn from a RNG seeded by (seed, s),
+  - the sampler seed derived from (seed, s),
+  - the weights of policy version `behaviour_version(s)` (the number of optimizer updates behind them),
+so they are the same whatever the timing, and a resumed run regenerates exactly what it lost.
+"""
+from __future__ import annotations
+
+import copy
+import queue
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from spo_lake.lake import Lake, Snapshot
+from spo_lake.lake.contracts import to_json_text
+from spo_lake.lake.sql import connect
+from spo_lake.models.backend import SampleResult, TransformersPolicy
+from spo_lake.pipelines.common import BufferedAppender
+from spo_lake.pipelines.evaluate import evaluation_row
+from spo_lake.pipelines.judge import judge_many
+from spo_lake.pipelines.sample import derive_seed, render_prompt, sampled_id, sql_literal, tokenizer_id
+from spo_lake.rl.data import Example, fetch_problems, q0_or_nan
+from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
+from spo_lake.tasks.normalize import response_hash
+
+
+def behaviour_version(step: int, interval: int, lag: int) -> int:
+    """The policy version that generates step `step`'s rollouts: the latest refresh point (a multiple of
+    `interval`) at least `lag` steps back. lag 0 + interval 1 is synchronous on-policy; lag 1 lets the rollouts of
+    step s+1 be generated while step s trains."""
+    return interval * (max(step - lag, 0) // interval)
+
+
+@dataclass(frozen=True)
+class RolloutSchedule:
+    seed: int
+    prompts_per_step: int
+    samples_per_prompt: int
+    temperature_min: float
+    temperature_max: float
+    top_p: float
+    max_new_tokens: int
+    interval: int
+    lag: int
+    stop: tuple[str, ...] = ()
+
+    def version(self, step: int) -> int:
+        return behaviour_version(step, self.interval, self.lag)
+
+    def plan(self, step: int, n_prompts: int) -> tuple[list[int], float, int]:
+        """(indices into the prompt list, temperature, sampler seed) for a step."""
+        rng = random.Random(derive_seed(self.seed, "rollout", step))
+        if self.prompts_per_step <= n_prompts:
+            chosen = rng.sample(range(n_prompts), self.prompts_per_step)
+        else:
+            chosen = [rng.randrange(n_prompts) for _ in range(self.prompts_per_step)]
+        return chosen, rng.uniform(self.temperature_min, self.temperature_max), derive_seed(self.seed, "sample", step)
+
+
+@dataclass
+class Rollouts:
+    """One step's online rollouts: training examples plus the lake rows that record them."""
+
+    step: int
+    version: int
+    temperature: float
+    examples: list[Example]
+    trajectories: list[dict[str, Any]]
+    evaluations: list[dict[str, Any]]
+
+
+def trajectory_row(*, trajectory_id: str, problem: Problem, result: SampleResult, source: str, model_id: str,
+                   run_id: str, policy_version: int | None, temperature: float, top_p: float, tok_id: str,
+                   metadata: dict[str, Any]) -> dict[str, Any]:
+    """A `trajectories` row for a sampled response (token ids and behaviour log-probs included)."""
+    return {
+        "trajectory_id": trajectory_id, "prompt_id": problem.prompt_id, "source": source, "model_id": model_id,
+        "run_id": run_id, "policy_version": policy_version, "temperature": temperature, "top_p": top_p,
+        "response_text": result.text, "token_ids": result.token_ids, "behavior_logprobs": result.logprobs,
+        "tokenizer_id": tok_id, "response_hash": response_hash(result.text),
+        "metadata": to_json_text({"finish_reason": result.finish_reason, **metadata}),
+    }
+
+
+class PolicyVersions:
+    """Weights of the policy versions that rollouts still need, passed from the trainer to the worker.
+
+    Published weights are clones, so the trainer can keep updating its model while the worker loads them.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._weights: dict[int, dict[str, torch.Tensor]] = {}
+
+    def publish(self, version: int, state: dict[str, torch.Tensor]) -> None:
+        cloned = {k: v.detach().clone() for k, v in state.items()}
+        with self._cond:
+            self._weights[version] = cloned
+            self._cond.notify_all()
+
+    def wait_for(self, version: int, stop: threading.Event) -> dict[str, torch.Tensor] | None:
+        with self._cond:
+            while version not in self._weights and not stop.is_set():
+                self._cond.wait(timeout=0.1)
+            return self._weights.get(version)
+
+    def release_before(self, version: int) -> None:
+        with self._cond:
+            for v in [v for v in self._weights if v < version]:
+                del self._weights[v]
+
+    def state_dict(self) -> dict[int, dict[str, torch.Tensor]]:
+        with self._cond:
+            return dict(self._weights)
+
+
+@dataclass
+class RolloutSettings:
+    """Everything the worker needs besides the model."""
+
+    lake: Lake
+    snapshot: str | Snapshot
+    prompts: list[tuple[str, int | None, int | None]]  # (prompt_id, q0_n, q0_success), see data.online_prompts
+    schedule: RolloutSchedule
+    stream_index: int
+    beta: float
+    source: str
+    run_id: str
+    model_id: str
+    options: SandboxOptions
+    judge_workers: int
+
+
+class RolloutWorker(threading.Thread):
+    """Generates steps start..end-1 in order into a bounded queue (at most `lag` + 1 steps ahead)."""
+
+    def __init__(self, policy: TransformersPolicy, versions: PolicyVersions, settings: RolloutSettings,
+                 start: int, end: int):
+        super().__init__(name="rollout-worker", daemon=True)
+        # The behaviour policy is a separate copy: the trainer updates its own model while this one samples. The
+        # tokenizer is copied too: a fast tokenizer used from two threads at once can fail ("Already borrowed").
+        self.policy = TransformersPolicy(copy.deepcopy(policy.model), copy.deepcopy(policy.tokenizer), policy.model_id)
+        self.versions, self.settings, self.start_step, self.end_step = versions, settings, start, end
+        self.tok_id = tokenizer_id(policy)
+        self.out: queue.Queue = queue.Queue(maxsize=settings.schedule.lag + 1)
+        self.stop_event = threading.Event()
+        self.loaded = -1
+
+    def run(self) -> None:
+        con = connect(self.settings.lake, self.settings.snapshot)
+        try:
+            for step in range(self.start_step, self.end_step):
+                rollouts = self._generate(con, step)
+                if rollouts is None or not self._put(rollouts):
+                    return
+        except BaseException as exc:  # the trainer re-raises it when it asks for the next step
+            self._put(exc)
+        finally:
+            con.close()
+
+    def _put(self, item: Any) -> bool:
+        while not self.stop_event.is_set():
+            try:
+                self.out.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _generate(self, con, step: int) -> Rollouts | None:
+        s = self.settings
+        version = s.schedule.version(step)
+        weights = self.versions.wait_for(version, self.stop_event)
+        if weights is None:
+            return None
+        if version != self.loaded:
+            self.policy.model.load_state_dict(weights)
+            self.loaded = version
+        chosen, temperature, sample_seed = s.schedule.plan(step, len(s.prompts))
+        entries = [s.prompts[i] for i in chosen]
+        problems = fetch_problems(con, sorted({pid for pid, _, _ in entries}))
+        texts = [render_prompt(problems[pid]) for pid, _, _ in entries]
+        results = self.policy.sample(texts, n=s.schedule.samples_per_prompt, temperature=temperature,
+                                     top_p=s.schedule.top_p, max_new_tokens=s.schedule.max_new_tokens,
+                                     stop=list(s.schedule.stop) or None, seed=sample_seed)
+        verdicts = judge_many([(problems[entries[r.prompt_index][0]], r.text) for r in results], s.options,
+                              s.judge_workers)
+        return self._package(step, version, temperature, entries, problems, texts, results, verdicts)
+
+    def _package(self, step: int, version: int, temperature: float, entries, problems: dict[str, Problem],
+                 texts: list[str], results: list[SampleResult], verdicts: list[Verdict]) -> Rollouts:
+        s = self.settings
+        prompt_ids = [self.policy.encode_prompt(t) for t in texts]
+        out = Rollouts(step, version, temperature, [], [], [])
+        for index, (result, verdict) in enumerate(zip(results, verdicts)):
+            pid, q0_n, q0_success = entries[result.prompt_index]
+            problem = problems[pid]
+            tid = sampled_id(s.run_id, pid, index, step)
+            out.examples.append(Example(
+                stream=s.stream_index, prompt_id=pid, prompt_ids=prompt_ids[result.prompt_index],
+                response_ids=list(result.token_ids), reward=verdict.reward, q0=q0_or_nan(q0_n, q0_success, s.beta),
+                behavior_logprobs=list(result.logprobs), policy_version=version, trajectory_id=tid))
+            out.trajectories.append(trajectory_row(
+                trajectory_id=tid, problem=problem, result=result, source=s.source, model_id=s.model_id,
+                run_id=s.run_id, policy_version=version, temperature=temperature, top_p=s.schedule.top_p,
+                tok_id=self.tok_id, metadata={"step": step, "sample_index": index}))
+            out.evaluations.append(evaluation_row(tid, get_task(problem.task).verifier_name(problem), verdict))
+        return out
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=60)
+
+
+class OnlineSource:
+    """Hands the trainer each step's rollouts (in step order) and writes them back to the lake as they are used."""
+
+    def __init__(self, worker: RolloutWorker, appender: BufferedAppender | None, already_written: set[str],
+                 on_rollouts: Callable[[Rollouts], None] | None = None):
+        self.worker, self.appender, self.already_written = worker, appender, already_written
+        self.on_rollouts = on_rollouts
+
+    def take(self, step: int, n: int) -> list[Example]:
+        while True:
+            try:
+                item = self.worker.out.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self.worker.is_alive():
+                    raise RuntimeError("the rollout worker stopped without producing step rollouts") from None
+        if isinstance(item, BaseException):
+            raise item
+        if item.step != step or len(item.examples) != n:
+            raise RuntimeError(f"rollout worker out of step: expected step {step} ({n} rollouts), "
+                               f"got step {item.step} ({len(item.examples)})")
+        if self.appender is not None:
+            fresh = [i for i, row in enumerate(item.trajectories) if row["trajectory_id"] not in self.already_written]
+            # Verdicts are committed before the trajectories they describe (BufferedAppender's COMMIT_ORDER).
+            self.appender.add("evaluations", [item.evaluations[i] for i in fresh])
+            self.appender.add("trajectories", [item.trajectories[i] for i in fresh])
+        if self.on_rollouts:
+            self.on_rollouts(item)
+        return item.examples
+
+
+def written_trajectory_ids(lake: Lake, run_id: str) -> set[str]:
+    """Ids this run already wrote back (a resumed run regenerates them identically and must not add them twice)."""
+    rows = lake.sql(f"SELECT trajectory_id FROM trajectories WHERE run_id = {sql_literal(run_id)}")
+    return set(rows.column("trajectory_id").to_pylist())

@@ -1,0 +1,355 @@
+"""The streaming SPO trainer (and its PPO baseline): pinned lake snapshot + online rollouts → updates → write-back.
+
+One step, top to bottom (`Trainer.train_step`):
+    examples = mixer.draw(step)                     # lake streams + online rollouts, fixed shares
+    for micro in micro-batches:
+        policy_lp = log πθ(response)                  # with gradient
+        ref_lp    = log π0(response)                  # cached in the lake, else the live reference model
+        loss      = Σ_streams spo_loss(...) / B       # each stream with its own objective and loss
+        loss.backward()
+    clip gradients → AdamW step → LR schedule → publish the behaviour policy every model_update_interval steps
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from spo_lake.lake import Lake
+from spo_lake.lake.contracts import to_json_text
+from spo_lake.models.backend import TransformersPolicy
+from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar
+from spo_lake.rl import run as rundir
+from spo_lake.rl.config import TrainConfig, apply_overrides, config_from_dict, stream_counts
+from spo_lake.rl.data import Batch, Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
+from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problems
+from spo_lake.rl.losses import spo_loss
+from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
+from spo_lake.rl.rollout import (
+    OnlineSource, PolicyVersions, RolloutSchedule, RolloutSettings, RolloutWorker, Rollouts, written_trajectory_ids,
+)
+from spo_lake.rl.scoring import reference_log_probs, response_log_probs
+from spo_lake.tasks import SandboxOptions
+
+TIMING_KEYS = ("seconds", "tokens_per_s", "wait_s")  # metrics that vary between identical runs
+
+
+def resolve_device(device: str) -> torch.device:
+    return torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
+                        "cpu" if device == "auto" else device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> str:
+    return ("bfloat16" if device.type == "cuda" else "float32") if dtype == "auto" else dtype
+
+
+class Stats:
+    """Sums and counts of per-step diagnostics; `means()` gives the logged values."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = defaultdict(float)
+        self.counts: dict[str, float] = defaultdict(float)
+
+    def add(self, key: str, total: float, count: float = 1.0) -> None:
+        self.sums[key] += total
+        self.counts[key] += count
+
+    def means(self) -> dict[str, float]:
+        return {k: self.sums[k] / self.counts[k] for k in self.sums if self.counts[k]}
+
+
+class Trainer:
+    """A training run. `Trainer(config, lake)` starts a new one; `Trainer.resume(run_dir, lake)` continues one."""
+
+    def __init__(self, config: TrainConfig, lake: Lake, *, show_progress: bool = True, _resume_dir: Path | None = None):
+        self.lake, self.config, self.show_progress = lake, config, show_progress
+        self.resuming = _resume_dir is not None
+        if _resume_dir is None:
+            self.run_id = config.run_name or new_run_id("train")
+            self.run_dir = Path(config.run_dir) / self.run_id
+            if self.run_dir.exists():
+                raise ValueError(f"run directory {self.run_dir} exists; continue it with --resume {self.run_dir}")
+            self.checkpoint = None
+        else:
+            self.run_dir, self.run_id = _resume_dir, _resume_dir.name
+            checkpoints = rundir.checkpoint_dirs(_resume_dir)
+            self.checkpoint = checkpoints[-1] if checkpoints else None
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.sandbox = SandboxOptions(config.sandbox_timeout_s, config.sandbox_memory_mb, config.sandbox_mode)
+        torch.manual_seed(config.seed)
+        self.snapshot = self._pin_snapshot()
+
+        # A resumed run loads its policy from the checkpoint: from_pretrained-loadable by construction.
+        self.policy = TransformersPolicy.from_pretrained(
+            str(self.checkpoint or config.model), str(self.device), self.dtype)
+        self.policy.model_id = config.model
+        self.model = self.policy.model
+        self._reference: torch.nn.Module | None = None
+        self.value_model = ValueModel.from_pretrained(config.model, self.model.dtype, self.device) \
+            if config.algorithm == "ppo" else None
+        if config.gradient_checkpointing:
+            for module in (self.model, self.value_model and self.value_model.backbone):
+                if module is not None:  # transformers 5 renamed gradient_checkpointing_enable
+                    getattr(module, "activation_checkpointing_enable", module.gradient_checkpointing_enable)()
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": config.lr}]
+        if self.value_model is not None:
+            groups.append({"params": list(self.value_model.parameters()), "lr": config.value_lr})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
+        warmup = config.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)  # warm-up, then constant
+        self.ppo = PPOSettings(config.beta, config.gamma, config.lam, config.clip_eps, config.value_clip_eps,
+                               config.value_coef)
+        self.step = 0
+        self.versions = PolicyVersions()
+        self._last_rollouts: dict[str, Any] = {}
+        self._build_streams()
+        if self.checkpoint is not None:
+            self._load_checkpoint(self.checkpoint)
+        self.eval_problems = select_problems(lake, config.eval_where, self.snapshot, config.eval_max_prompts) \
+            if config.eval_every else []
+
+    @classmethod
+    def resume(cls, run_dir: str | Path, lake: Lake, overrides: list[str] | None = None,
+               show_progress: bool = True) -> "Trainer":
+        """Continue a run from its newest checkpoint with its recorded config (plus `overrides`, e.g. more steps):
+        same snapshot, data order, rollout schedule and RNG states."""
+        run_dir = Path(run_dir)
+        manifest_path = run_dir / "manifest.json"
+        if not manifest_path.exists():
+            raise ValueError(f"--resume {run_dir}: no manifest.json there (not a run directory)")
+        recorded = json.loads(manifest_path.read_text())["config"]
+        config = config_from_dict(apply_overrides(recorded, overrides or []))
+        return cls(config, lake, show_progress=show_progress, _resume_dir=run_dir)
+
+    # ------------------------------------------------------------------------------------- setup
+
+    def _pin_snapshot(self) -> str:
+        """The run reads one snapshot: the named one, or one it creates under its own id (re-used on resume)."""
+        name = self.config.snapshot or self.run_id
+        existing = {s.name for s in self.lake.snapshots()}
+        if name not in existing:
+            if self.config.snapshot:
+                raise ValueError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
+            self.lake.snapshot(name, note=f"pinned by training run {self.run_id}")
+        return name
+
+    def _build_streams(self) -> None:
+        c = self.config
+        counts = stream_counts(c)
+        settings = StreamSettings(c.pi0_id, c.beta, c.seed, c.max_response_tokens, c.algorithm == "spo", c.page_size)
+        self.lake_streams = {i: LakeStream(self.lake, self.snapshot, s, i, settings, self.policy)
+                             for i, s in enumerate(c.streams) if s.kind == "lake"}
+        online = next((i for i, s in enumerate(c.streams) if s.kind == "online"), None)
+        self.worker, self.appender = None, None
+        if online is not None:
+            prompts = online_prompts(self.lake, self.snapshot, c.prompts_where, c.pi0_id, c.algorithm == "spo")
+            schedule = RolloutSchedule(
+                c.seed, counts[online] // c.samples_per_prompt, c.samples_per_prompt, c.temperature_min,
+                c.temperature_max, c.top_p, c.max_new_tokens, c.behaviour_interval, c.rollout_lag, tuple(c.stop))
+            self.rollout_settings = RolloutSettings(
+                self.lake, self.snapshot, prompts, schedule, online, c.beta, c.algorithm, self.run_id, c.model,
+                self.sandbox, c.judge_workers)
+            self.appender = BufferedAppender(self.lake, flush_rows=c.flush_rows) if c.write_back else None
+        self.online_index = online
+        self.mixer = Mixer(self.lake_streams, counts, online)
+
+    def _start_worker(self) -> None:
+        if self.online_index is None:
+            return
+        schedule = self.rollout_settings.schedule
+        if self.step % schedule.interval == 0:  # a refresh point (also when resuming at one)
+            self.versions.publish(self.step, self.model.state_dict())
+        if schedule.version(self.step) not in self.versions.state_dict():
+            raise RuntimeError(f"checkpoint of step {self.step} lacks the behaviour-policy weights of version "
+                               f"{schedule.version(self.step)} that its next rollouts need")
+        self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, self.step, self.config.steps)
+        written = written_trajectory_ids(self.lake, self.run_id) if self.resuming else set()
+        self.mixer.online_source = OnlineSource(self.worker, self.appender, written, self._record_rollouts)
+        self.worker.start()
+
+    @property
+    def reference(self) -> torch.nn.Module:
+        """π0, loaded on first use: a run whose lake rows all have cached log-probs never loads it."""
+        if self._reference is None:
+            ref = TransformersPolicy.from_pretrained(self.config.reference_path, str(self.device), self.dtype).model
+            self._reference = ref.eval().requires_grad_(False)
+        return self._reference
+
+    # ------------------------------------------------------------------------------------- the step
+
+    def train_step(self) -> dict[str, Any]:
+        """Draw one mixed batch, update on it, refresh the behaviour policy when due."""
+        started = time.perf_counter()
+        examples = self.mixer.draw(self.step)  # lake streams + this step's online rollouts
+        drawn = time.perf_counter()
+        metrics = self.update(examples)
+        self.step += 1
+        if self.online_index is not None:
+            if self.step % self.config.behaviour_interval == 0 and self.step < self.config.steps:
+                self.versions.publish(self.step, self.model.state_dict())
+            # Rollouts of the steps still to train (even ones already generated) need nothing older.
+            self.versions.release_before(self.rollout_settings.schedule.version(self.step))
+        seconds = time.perf_counter() - started
+        return {"step": self.step, **metrics, "seconds": seconds, "wait_s": drawn - started,
+                "tokens_per_s": metrics["tokens"] / seconds}
+
+    def update(self, examples: list[Example]) -> dict[str, Any]:
+        """One optimizer step on `examples` (grad_accum micro-batches); returns the step's diagnostics."""
+        c, stats = self.config, Stats()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        micro_size = c.batch_size // c.grad_accum
+        tokens, total_loss = 0, 0.0
+        for start in range(0, len(examples), micro_size):
+            batch = collate(examples[start : start + micro_size], self.policy.pad_id).to(self.device)
+            policy_lp = response_log_probs(self.model, batch)  # log πθ, with gradient
+            live = None if bool(batch.ref_cached.all()) else self.reference
+            ref_lp = reference_log_probs(live, batch, c.score_batch_size)  # log π0: cached in the lake, else live
+            if c.algorithm == "spo":
+                loss = self._spo_loss(policy_lp, ref_lp, batch, stats)
+            else:
+                loss, ppo_stats = ppo_loss(policy_lp, ref_lp, self.value_model(batch), batch, self.ppo)
+                loss = loss / c.grad_accum
+                for key, value in ppo_stats.items():
+                    stats.add(key, value)
+            loss.backward()
+            total_loss += loss.item()  # micro-batch losses add up to the batch loss
+            tokens += batch.tokens
+            self._batch_stats(batch, stats)
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, c.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return {"loss": total_loss, **stats.means(), "grad_norm": float(grad_norm),
+                "lr": self.scheduler.get_last_lr()[0], "tokens": tokens}
+
+    def _spo_loss(self, policy_lp: torch.Tensor, ref_lp: torch.Tensor, batch: Batch, stats: Stats) -> torch.Tensor:
+        """Σ over the batch's streams of the summed per-sequence SPO losses, divided by the full batch size (so
+        micro-batches add up to the mean over the batch)."""
+        total = policy_lp.new_zeros(())
+        for index in batch.stream.unique().tolist():
+            stream = self.config.streams[index]
+            rows = (batch.stream == index).nonzero().squeeze(-1)
+            objective, loss_name = self.config.stream_objective(stream)
+            mc = {"mc_positions": batch.mc_positions[rows], "mc_success": batch.mc_success[rows],
+                  "mc_mask": batch.mc_mask[rows]} if stream.mc else {}
+            out = spo_loss(policy_lp[rows], ref_lp[rows], batch.response_mask[rows], batch.reward[rows],
+                           batch.q0[rows], self.config.beta, objective=objective, loss=loss_name, **mc)
+            total = total + out.per_sequence.sum() / self.config.batch_size
+            n = len(rows)
+            stats.add(f"loss/{stream.name}", out.per_sequence.sum().item(), n)
+            stats.add("q_terminal", out.q_terminal_mean.item() * n, n)
+            stats.add("abs_err", out.abs_err_mean.item() * n, n)
+            stats.add("advantage", out.advantage_mean.item() * n, n)
+            if stream.kind == "online":  # the log-ratio estimates KL[πθ, π0] only on (near) on-policy samples
+                stats.add("kl", out.kl_estimate.item() * n, n)
+        return total
+
+    def _batch_stats(self, batch: Batch, stats: Stats) -> None:
+        for index in batch.stream.unique().tolist():
+            rows = batch.stream == index
+            stats.add(f"reward/{self.config.streams[index].name}", batch.reward[rows].sum().item(), int(rows.sum()))
+        stats.add("response_tokens", batch.response_mask.sum().item(), len(batch.reward))
+
+    def _record_rollouts(self, rollouts: Rollouts) -> None:
+        self._last_rollouts = {"staleness": self.step - rollouts.version, "temperature": rollouts.temperature,
+                               "policy_version": rollouts.version}
+
+    # ------------------------------------------------------------------------------------- the loop
+
+    def evaluate(self) -> dict[str, float]:
+        c = self.config
+        settings = EvalSettings(c.eval_n, c.eval_temperature, c.eval_top_p, tuple(c.eval_k), c.max_new_tokens, c.seed)
+        self.model.eval()
+        result = evaluate_policy(self.policy, self.eval_problems, settings, self.sandbox, c.judge_workers)
+        return result.metrics()
+
+    def train(self) -> dict[str, Any]:
+        """Run to config.steps; returns the last step's metrics (plus the last evaluation)."""
+        c = self.config
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        snap = self.lake.get_snapshot(self.snapshot)
+        info = rundir.manifest(c.to_dict(), self.run_id, self.snapshot, snap.versions)
+        rundir.write_json_atomic(self.run_dir / "manifest.json", info)
+        self._runs_row("running", info, {})
+        metrics_log = rundir.MetricsLog(self.run_dir, resume_step=self.step if self.resuming else None)
+        last: dict[str, Any] = {}
+        try:
+            self._start_worker()
+            with progress_bar("loss", "reward", "tok_s", disable=not self.show_progress) as bar:
+                task = bar.add_task(f"{c.algorithm} {self.run_id}", total=c.steps, completed=self.step,
+                                    loss="-", reward="-", tok_s="-")
+                while self.step < c.steps:
+                    record = {**self.train_step(), **self._last_rollouts,
+                              "lake_rows_skipped": sum(s.skipped for s in self.lake_streams.values())}
+                    if c.eval_every and self.step % c.eval_every == 0:
+                        record.update(self.evaluate())
+                    metrics_log.log(record)
+                    last.update(record)
+                    reward = record.get(f"reward/{c.streams[self.online_index].name}") \
+                        if self.online_index is not None else None
+                    bar.update(task, completed=self.step, loss=f"{record['loss']:.4f}",
+                               reward="-" if reward is None else f"{reward:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+                    if (c.checkpoint_every and self.step % c.checkpoint_every == 0) or self.step == c.steps:
+                        self.save_checkpoint()
+        except BaseException:
+            self._runs_row("failed", info, last)
+            raise
+        finally:
+            self.close()
+            metrics_log.close()
+        self._runs_row("finished", info, last)
+        return last
+
+    def _runs_row(self, status: str, info: dict[str, Any], metrics: dict[str, Any]) -> None:
+        summary = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+        self.lake.append("runs", [{
+            "run_id": self.run_id, "kind": "train", "status": status, "config": to_json_text(info["config"]),
+            "snapshot": self.snapshot, "snapshot_versions": to_json_text(info["snapshot_versions"]),
+            "metrics": to_json_text(summary),
+            "manifest": to_json_text({k: v for k, v in info.items() if k != "config"}),
+        }])
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        if self.appender is not None:
+            self.appender.flush()
+        for stream in self.lake_streams.values():
+            stream.close()
+
+    # ------------------------------------------------------------------------------------- checkpoints
+
+    def save_checkpoint(self) -> Path:
+        if self.appender is not None:
+            self.appender.flush()  # everything trained on so far is in the lake before the checkpoint exists
+        state = {"step": self.step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                 "rng": rundir.rng_state(), "data": self.mixer.state_dict()}
+        tensors: dict[str, Any] = {}
+        if self.value_model is not None:
+            tensors["value_model"] = self.value_model.state_dict()
+        if self.online_index is not None:
+            # Versions that rollouts of later steps still need and that differ from the saved model.
+            needed = self.rollout_settings.schedule.version(self.step)
+            tensors["behaviour"] = {v: w for v, w in self.versions.state_dict().items() if needed <= v < self.step}
+        return rundir.save_checkpoint(self.run_dir, self.step, self.model, self.policy.tokenizer, state, tensors,
+                                      self.config.keep_checkpoints)
+
+    def _load_checkpoint(self, checkpoint: Path) -> None:
+        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        self.step = state["step"]
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        rundir.set_rng_state(state["rng"])
+        self.mixer.load_state_dict(state["data"])
+        if self.value_model is not None:
+            self.value_model.load_state_dict(rundir.load_tensors(checkpoint, "value_model"))
+        for version, weights in (rundir.load_tensors(checkpoint, "behaviour") or {}).items():
+            self.versions.publish(version, weights)

@@ -1,0 +1,158 @@
+"""The trainer end to end on CPU: tiny model + countdown, from a pinned snapshot, with online rollouts."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.lake import Lake
+from spo_lake.models.backend import TransformersPolicy
+from spo_lake.pipelines.q0 import q0
+from spo_lake.pipelines.refprobs import refprobs
+from spo_lake.rl.config import StreamConfig, load_config
+from spo_lake.rl.data import LakeStream, StreamSettings, collate
+from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problems
+from spo_lake.rl.losses import spo_loss
+from spo_lake.rl.rollout import behaviour_version
+from spo_lake.rl.run import checkpoint_dirs, read_metrics
+from spo_lake.rl.scoring import reference_log_probs, response_log_probs
+from spo_lake.rl.trainer import TIMING_KEYS, Trainer
+
+BETA = 0.1
+MAX_NEW_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory, policy) -> Lake:
+    """4 countdown problems, their solver solutions, Q0 counts of π0 (the real q0 pipeline), cached π0 log-probs
+    of the solutions (the real refprobs pipeline), pinned as snapshot `base`."""
+    lake = Lake.init(tmp_path_factory.mktemp("trainer") / "lake")
+    ingest_dataset(lake, "countdown", None, n=4, seed=0)
+    q0(lake, policy, k=8, max_new_tokens=MAX_NEW_TOKENS, beta=BETA, show_progress=False)
+    refprobs(lake, policy, where="t.source = 'human'", show_progress=False)
+    lake.snapshot("base")
+    return lake
+
+
+def config_lines(model, run_dir, **extra) -> list[str]:
+    settings = dict(model=model, run_dir=str(run_dir), snapshot="base", steps=8, batch_size=8, lr=5e-4,
+                    warmup_steps=3, beta=BETA, max_new_tokens=MAX_NEW_TOKENS, model_update_interval=2,
+                    checkpoint_every=4, judge_workers=1, loss="squared")
+    settings.update(extra)
+    lines = [f"{k}={json.dumps(v)}" for k, v in settings.items()]
+    return lines + ['streams.online.kind="online"', "streams.online.fraction=0.5", 'streams.human.kind="lake"',
+                    "streams.human.fraction=0.5", 'streams.human.where="passed AND source = \'human\'"']
+
+
+def without_timings(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+
+
+def test_spo_with_a_half_lake_mix_improves_reward_and_writes_its_rollouts_back(lake, policy, tiny_model_dir, tmp_path):
+    problems = select_problems(lake, None, "base")
+    settings = EvalSettings(n=16, temperature=1.0, top_p=1.0, ks=(1,), max_new_tokens=MAX_NEW_TOKENS, seed=1)
+    before = evaluate_policy(policy, problems, settings).pass_at_k[1]
+
+    config = load_config(None, config_lines(str(tiny_model_dir), tmp_path, steps=40, checkpoint_every=0))
+    trainer = Trainer(config, lake, show_progress=False)
+    trainer.train()
+
+    metrics = read_metrics(trainer.run_dir)
+    assert [m["step"] for m in metrics] == list(range(1, 41))
+    assert all(m["reward/human"] == 0.0 for m in metrics)  # the lake stream is the passed solutions
+    early = sum(m["reward/online"] for m in metrics[:10]) / 10
+    late = sum(m["reward/online"] for m in metrics[-10:]) / 10
+    (checkpoint,) = checkpoint_dirs(trainer.run_dir)
+    after = evaluate_policy(TransformersPolicy.from_pretrained(str(checkpoint)), problems, settings).pass_at_k[1]
+    assert late > early and after >= before + 0.1, (early, late, before, after)
+
+    rows = lake.sql(f"SELECT t.*, e.reward FROM trajectories t JOIN evaluations e USING (trajectory_id) "
+                    f"WHERE t.run_id = '{trainer.run_id}'").to_pylist()
+    assert len(rows) == 40 * 4 and {r["source"] for r in rows} == {"spo"}
+    steps = [json.loads(r["metadata"])["step"] for r in rows]
+    assert all(r["policy_version"] == behaviour_version(s, 2, 1) for r, s in zip(rows, steps))
+    assert all(len(r["token_ids"]) == len(r["behavior_logprobs"]) > 0 for r in rows)
+    online_reward = sum(m["reward/online"] for m in metrics) * 4
+    assert sum(r["reward"] for r in rows) == pytest.approx(online_reward)
+
+    run = lake.sql(f"SELECT * FROM runs WHERE run_id = '{trainer.run_id}' ORDER BY created_at").to_pylist()
+    assert [r["status"] for r in run] == ["running", "finished"] and run[-1]["snapshot"] == "base"
+    manifest = json.loads((trainer.run_dir / "manifest.json").read_text())
+    assert manifest["snapshot_versions"] == lake.get_snapshot("base").versions and manifest["seed"] == 0
+    assert manifest["config"]["streams"][1]["where"] == "passed AND source = 'human'"
+    assert manifest["packages"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
+    assert len(manifest["git"]["commit"]) == 40  # this checkout is a git repository
+
+
+CLI = "import typer; from spo_lake.cli.train_cmds import register; app = typer.Typer(); register(app); app()"
+
+
+def test_resume_after_kill_9_reproduces_the_uninterrupted_run(lake, tiny_model_dir, tmp_path):
+    lines = config_lines(str(tiny_model_dir), tmp_path, steps=12, rollout_lag=2, model_update_interval=3)
+    uninterrupted = Trainer(load_config(None, lines + ['run_name="whole"']), lake, show_progress=False)
+    uninterrupted.train()
+
+    (tmp_path / "run.toml").write_text("")
+    args = [sys.executable, "-c", CLI, "train", "--config", str(tmp_path / "run.toml"), "--quiet",
+            "--run-name", "killed"] + [a for line in lines + ["steps=400"] for a in ("--set", line)]
+    env = {**os.environ, "SPOLAKE_LAKE": lake.root}
+    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run_dir = tmp_path / "killed"
+    deadline = time.monotonic() + 120
+    while not checkpoint_dirs(run_dir) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+    resumed_from = int(checkpoint_dirs(run_dir)[-1].name.split("-")[1])
+    assert resumed_from < 12
+
+    resume = subprocess.run([sys.executable, "-c", CLI, "train", "--resume", str(run_dir), "--quiet", "--set",
+                             "steps=12"], env=env, capture_output=True, text=True, timeout=300)
+    assert resume.returncode == 0, resume.stderr[-2000:]
+    assert without_timings(read_metrics(run_dir)) == without_timings(read_metrics(uninterrupted.run_dir))
+    count = "SELECT count(*) AS n FROM trajectories WHERE run_id = '{}'"
+    assert lake.sql(count.format("killed")).column("n")[0].as_py() == 12 * 4
+    assert lake.sql(count.format("whole")).column("n")[0].as_py() == 12 * 4
+
+
+def test_cached_and_live_reference_log_probs_give_the_same_loss(lake, policy):
+    settings = StreamSettings(policy.model_id, BETA, seed=0, max_response_tokens=64)
+    stream = LakeStream(lake, "base", StreamConfig("human", "lake", 1.0, where="source = 'human'"), 0, settings, policy)
+    examples = stream.take(6)
+    assert all(e.ref_logprobs is not None for e in examples)
+    cached = collate(examples, policy.pad_id)
+    live = collate([type(e)(**{**vars(e), "ref_logprobs": None}) for e in examples], policy.pad_id)
+    assert not live.ref_cached.any()
+    reference = TransformersPolicy.from_pretrained(policy.model_id).model
+    policy_lp = response_log_probs(policy.model, cached)
+    losses = [spo_loss(policy_lp, reference_log_probs(reference, batch), batch.response_mask, batch.reward, batch.q0,
+                       BETA, loss="ce").loss for batch in (cached, live)]
+    assert losses[0].item() == pytest.approx(losses[1].item(), rel=1e-5)
+    with pytest.raises(ValueError, match="live reference model"):
+        reference_log_probs(None, live)
+
+
+def test_ppo_trains_on_its_online_rollouts_with_a_value_model(lake, tiny_model_dir, tmp_path):
+    lines = [f'model="{tiny_model_dir}"', f'run_dir="{tmp_path}"', 'snapshot="base"', 'algorithm="ppo"', "steps=3",
+             "batch_size=4", f"max_new_tokens={MAX_NEW_TOKENS}", "temperature_min=1.0", "temperature_max=1.0",
+             "top_p=1.0", "judge_workers=1", "lr=1e-4"]
+    trainer = Trainer(load_config(None, lines), lake, show_progress=False)
+    trainer.train()
+    metrics = read_metrics(trainer.run_dir)
+    assert [m["policy_version"] for m in metrics] == [0, 0, 1]  # refreshed every step, one step behind
+    assert all(m["value_loss"] > 0 and 0 <= m["clip_fraction"] <= 1 for m in metrics)
+    assert lake.sql(f"SELECT DISTINCT source FROM trajectories WHERE run_id = '{trainer.run_id}'").column(
+        "source").to_pylist() == ["ppo"]
+    (checkpoint,) = checkpoint_dirs(trainer.run_dir)
+    assert (checkpoint / "value_model.pt").exists()
