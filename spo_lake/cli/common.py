@@ -11,7 +11,7 @@ from rich.console import Console
 
 from spo_lake.lake import Lake
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)  # one message, one line: scripts parse them
 DEFAULT_LAKE = "./lake"
 
 
@@ -28,8 +28,9 @@ def open_lake(create: bool = False) -> Lake:
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Report user mistakes (bad input, unknown snapshot, bad SQL) as one line on stderr and exit 1."""
-    from deltalake.exceptions import DeltaError
     import duckdb
+    import pyarrow as pa
+    from deltalake.exceptions import DeltaError
 
     from spo_lake.ingest import IngestError
     from spo_lake.lake import ContractError, LakeError
@@ -38,7 +39,8 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (IngestError, LakeError, ContractError, KeyError, ValueError, duckdb.Error, DeltaError, FileNotFoundError) as exc:
+        except (IngestError, LakeError, ContractError, KeyError, ValueError, duckdb.Error, DeltaError, OSError,
+                pa.ArrowException) as exc:
             if os.environ.get("SPOLAKE_DEBUG"):
                 raise
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)

@@ -51,33 +51,33 @@ def register(app: typer.Typer) -> None:
         """Ingest trajectory records; validates everything before one commit; re-ingest is a no-op."""
         if source not in SOURCES:
             raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
-        lake = open_lake(create=True)
         with console.status(f"reading and validating {path}"):
             batch = load_batch(path, TRAJECTORY_FIELDS, "trajectories", parse_map(map), split if hf else None)
-        with console.status(f"committing {batch.table.num_rows} rows"):
+        lake = open_lake(create=True)
+        with console.status(f"checking and writing {batch.table.num_rows} rows"):
             report = ingest_trajectories(lake, batch, source=source, task=task,
                                          defaults={"model": model, "run_id": run_id, "tokenizer": tokenizer})
         console.print(f"{path}: {report.summary()}")
 
     @prompts_app.command("add")
     @user_errors
-    def prompts_add(path: Optional[str] = typer.Argument(None, help="prompt records file, or the dataset's path/hub name"),
+    def prompts_add(path: Optional[str] = typer.Argument(None, help="prompt records file, or dataset path/name"),
                     dataset: Optional[str] = typer.Option(None, help=f"built-in loader: {', '.join(DATASETS)}"),
                     n: Optional[int] = typer.Option(None, help="countdown: number of problems"),
                     seed: Optional[int] = typer.Option(None, help="countdown: generator seed"),
                     limit: Optional[int] = typer.Option(None, help="load at most this many problems"),
                     map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src")) -> None:
         """Add problems (with tests) from a file, or a dataset with its human solutions."""
-        lake = open_lake(create=True)
         if dataset:
             with console.status(f"loading {dataset}"):
-                p, t = ingest_dataset(lake, dataset, path, n=n, seed=seed, limit=limit)
+                p, t = ingest_dataset(open_lake(create=True), dataset, path, n=n, seed=seed, limit=limit)
             console.print(f"{dataset}: prompts {p.summary()}; human solutions {t.summary()}")
             return
         if path is None:
             raise ValueError("give a prompt records FILE or --dataset NAME")
         with console.status(f"reading and validating {path}"):
-            report = add_prompts(lake, load_batch(path, PROMPT_FIELDS, "prompts", parse_map(map)))
+            batch = load_batch(path, PROMPT_FIELDS, "prompts", parse_map(map))
+            report = add_prompts(open_lake(create=True), batch)
         console.print(f"{path}: {report.summary()}")
 
     app.add_typer(prompts_app, name="prompts")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -30,6 +31,10 @@ class ExportFormat(str, Enum):
     hf = "hf"
 
 
+def _iso_ms(ms: int | None) -> str | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds")
+
+
 def show_table(t: pa.Table, title: str | None = None, limit: int = 50) -> None:
     from rich.console import Console
 
@@ -48,6 +53,15 @@ def _cell(v: object) -> str:
     return s if len(s) <= 120 else s[:117] + "…"
 
 
+def _nested_as_json(t: pa.Table) -> pa.Table:
+    """CSV cells cannot hold lists or structs: write those as JSON text (as `spolake ingest` reads them back)."""
+    for i, field in enumerate(t.schema):
+        if pa.types.is_nested(field.type):
+            text = [None if v is None else json.dumps(v, default=str) for v in t.column(i).to_pylist()]
+            t = t.set_column(i, field.name, pa.array(text, pa.string()))
+    return t
+
+
 def write_arrow(t: pa.Table, fmt: str, out: Path | None) -> None:
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
@@ -58,7 +72,7 @@ def write_arrow(t: pa.Table, fmt: str, out: Path | None) -> None:
         pq.write_table(t, out)
     elif fmt == "csv":
         sink = pa.BufferOutputStream()
-        pcsv.write_csv(t, sink)
+        pcsv.write_csv(_nested_as_json(t), sink)
         data = sink.getvalue().to_pybytes()
         out.write_bytes(data) if out else sys.stdout.buffer.write(data)
     elif fmt in ("json", "jsonl"):
@@ -129,7 +143,7 @@ def register(app: typer.Typer) -> None:
         if table is None:
             show_table(pa.Table.from_pylist([{"table": t, "version": v} for t, v in lake.versions().items()]))
             return
-        rows = [{"version": h.get("version"), "timestamp": h.get("timestamp"), "operation": h.get("operation"),
+        rows = [{"version": h.get("version"), "timestamp": _iso_ms(h.get("timestamp")), "operation": h.get("operation"),
                  "metrics": json.dumps(h.get("operationMetrics", {}))} for h in lake.history(table)]
         show_table(pa.Table.from_pylist(rows), title=table)
 
@@ -160,11 +174,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
-    def vacuum(retention_hours: float = typer.Option(0.0, help="keep files removed less than this long ago"),
+    def vacuum(retention_hours: int = typer.Option(0, help="keep files removed less than this many hours ago"),
+               orphan_age_hours: int = typer.Option(24, help="delete files of killed, never-committed writes once "
+                                                    "this old (keep it well above any write's duration)"),
                dry_run: bool = typer.Option(False)) -> None:
         """Delete files that neither the latest version nor any snapshot references."""
         with console.status("vacuuming"):
-            res = open_lake().vacuum(retention_hours=retention_hours, dry_run=dry_run)
+            res = open_lake().vacuum(retention_hours=retention_hours, dry_run=dry_run,
+                                     orphan_age_hours=orphan_age_hours)
         console.print(f"{'would delete' if dry_run else 'deleted'} {sum(map(len, res.values()))} files")
 
     @app.command()

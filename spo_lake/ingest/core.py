@@ -1,27 +1,27 @@
 """Ingest: validate a whole input, then commit it (prompts, evaluations, trajectories — trajectories last).
 
 Ids are content-derived, so re-ingesting the same input is a no-op; identical responses sampled twice stay two rows
-(they count in Monte-Carlo estimates) because the id includes the occurrence number within the input.
-A crash between commits leaves only facts no trajectory references yet; a retry re-uses them.
+(they count in Monte-Carlo estimates) because a repeat's id includes its occurrence number within the input.
+New rows are written optimistically, then committed under the lake lock after re-checking that no concurrent
+ingest added any of them meanwhile, so overlapping ingests cannot both add a row. A crash between commits leaves
+only facts no trajectory references yet (new prompts, imported verdicts); a retry re-uses them.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spo_lake.ingest.readers import IngestError, Located, is_parquet, read_parquet, read_records
-from spo_lake.ingest.records import (
-    PROMPT_FIELDS, TRAJECTORY_FIELDS, Batch, from_arrow, from_records, rename, validate_prompts, validate_trajectories,
-)
-from spo_lake.lake import Lake
-from spo_lake.tasks.normalize import response_hash
+from spo_lake.ingest.ids import response_digests, trajectory_ids
+from spo_lake.ingest.readers import IngestError, Located, is_parquet, read_hf, read_parquet, read_records
+from spo_lake.ingest.records import Batch, from_arrow, from_records, rename
+from spo_lake.ingest.rules import validate_prompts, validate_trajectories
+from spo_lake.lake import Lake, Staged
 
 
 @dataclass(frozen=True)
@@ -39,46 +39,65 @@ class IngestReport:
 
 def load_batch(path: str, fields: dict[str, str], what: str, mapping: dict[str, str] | None = None,
                hf_split: str | None = None) -> Batch:
+    """Read and type-check an input: Parquet and Hugging Face datasets as typed Arrow, the rest record by record."""
     mapping = mapping or {}
-    if hf_split is None and is_parquet(path):
-        from pathlib import Path
-
-        table = read_parquet(Path(path))
+    inverse = {src: dst for dst, src in mapping.items()}
+    if hf_split is not None or is_parquet(path):
+        table = read_hf(path, hf_split) if hf_split is not None else read_parquet(Path(path))
+        origin = f"{path}[{hf_split}]" if hf_split is not None else path
         if table.num_rows == 0:
-            raise IngestError(f"{path}: no records")
-        inverse = {src: dst for dst, src in mapping.items()}
-        return from_arrow(table.rename_columns([inverse.get(c, c) for c in table.column_names]), fields, path, what)
-    return from_records(rename(read_records(path, hf_split), mapping), fields, what)
+            raise IngestError(f"{origin}: no records")
+        return from_arrow(table.rename_columns([inverse.get(c, c) for c in table.column_names]), fields, origin, what)
+    return from_records(rename(read_records(path), mapping), fields, what)
 
 
 def located(records: Iterable[dict[str, Any]], origin: str) -> list[Located]:
     return [Located(f"{origin}:record {i + 1}", r) for i, r in enumerate(records)]
 
 
+def _present(lake: Lake, table: str, ids: pa.Array, where: pl.Expr | None = None) -> pa.Array:
+    """Boolean mask: which of `ids` the table already holds (as trajectory_id)."""
+    key = "trajectory_id"
+    frame = lake.read(table)
+    if where is not None:
+        frame = frame.filter(where)
+    wanted = pl.LazyFrame({key: pl.from_arrow(ids)})
+    found = frame.select(key).join(wanted, on=key, how="semi").collect().get_column(key).to_arrow()
+    return pc.is_in(ids, value_set=found.cast(pa.string()))
+
+
 # ---- prompts ----------------------------------------------------------------------------------------------------
+_PROMPT_CONTENT = ("task", "prompt", "tests", "time_limit_s", "memory_limit_mb", "metadata")
+
+
 def add_prompts(lake: Lake, batch: Batch) -> IngestReport:
     """Add prompt rows. A prompt_id already in the lake must carry identical content (rows are immutable)."""
     validate_prompts(batch)
     t = batch.table
-    existing = _existing_prompts(lake, t.column("prompt_id").to_pylist())
-    keep = []
-    for i, row in enumerate(t.to_pylist()):
-        old = existing.get(row["prompt_id"])
-        if old is None:
-            keep.append(i)
-        elif (old["task"], old["prompt"], _canon(old["tests"])) != (row["task"], row["prompt"], _canon(row["tests"])):
-            raise IngestError(f"{batch.where(i)}: field 'prompt_id': {row['prompt_id']!r} is already in the lake "
-                              "with different task/prompt/tests (prompts are immutable; use a new id)")
-    lake.append("prompts", t.take(keep))
+    with lake.lock():
+        existing = _existing_prompts(lake, t.column("prompt_id"))
+        keep = []
+        for i, row in enumerate(t.to_pylist()):
+            old = existing.get(row["prompt_id"])
+            if old is None:
+                keep.append(i)
+            elif _content(old) != _content(row):
+                changed = [f for f in _PROMPT_CONTENT if _content(old)[f] != _content(row)[f]]
+                raise IngestError(f"{batch.where(i)}: field {changed[0]!r}: prompt {row['prompt_id']!r} is already in "
+                                  "the lake with different content (prompts are immutable; use a new prompt_id)")
+        lake.append("prompts", t.take(pa.array(keep, pa.int64())))
     return IngestReport(new=len(keep), present=t.num_rows - len(keep))
 
 
-def _canon(tests: str | None) -> Any:
-    return None if tests is None else json.loads(tests)
+def _content(row: dict[str, Any]) -> dict[str, Any]:
+    """Comparable prompt content: JSON fields parsed (key order and spacing do not matter)."""
+    return {f: json.loads(row[f]) if f in ("tests", "metadata") and row[f] is not None else row[f]
+            for f in _PROMPT_CONTENT}
 
 
-def _existing_prompts(lake: Lake, ids: list[str]) -> dict[str, dict[str, Any]]:
-    df = lake.read("prompts").filter(pl.col("prompt_id").is_in(list(set(ids)))).select("prompt_id", "task", "prompt", "tests").collect()
+def _existing_prompts(lake: Lake, ids: pa.Array | pa.ChunkedArray) -> dict[str, dict[str, Any]]:
+    wanted = pl.from_arrow(pc.unique(ids)).implode()
+    df = lake.read("prompts").filter(pl.col("prompt_id").is_in(wanted)).select("prompt_id", *_PROMPT_CONTENT).collect()
     return {r["prompt_id"]: r for r in df.to_dicts()}
 
 
@@ -93,17 +112,52 @@ def ingest_trajectories(lake: Lake, batch: Batch, *, source: str | None = None, 
     t = _fill(batch.table, {"source": source, **(defaults or {})})
     batch = Batch(t, batch.where)
     validate_trajectories(batch)
-    ids = _trajectory_ids(t)
-    _check_unique_given_ids(batch, ids)
+    hashes, exact = response_digests(t.column("response"))
+    ids = trajectory_ids(t, exact)
+    if t.column("trajectory_id").null_count < t.num_rows:  # derived ids never repeat; given ones might
+        _check_unique_ids(batch, ids)
+    # Plan and write optimistically, outside the lake lock, so concurrent ingests overlap their heavy work; under
+    # the lock, commit only if no other ingest added any of these rows (or prompts) meanwhile, else redo it there.
+    plan = _stage_new_rows(lake, batch, ids, hashes, task)
+    with lake.lock():
+        if _raced(lake, plan):
+            plan = _stage_new_rows(lake, batch, ids, hashes, task)
+        for staged in plan.staged:  # trajectories, which make the batch visible, commit last
+            lake.commit(staged)
+    new = len(plan.new_ids)
+    return IngestReport(new=new, present=t.num_rows - new, prompts_new=len(plan.prompt_ids),
+                        evaluations_new=plan.staged[1].num_rows)
 
+
+@dataclass(frozen=True)
+class _Plan:
+    new_ids: pa.Array
+    prompt_ids: list[str]
+    staged: list[Staged]  # prompts, evaluations, trajectories
+
+
+def _stage_new_rows(lake: Lake, batch: Batch, ids: pa.Array, hashes: pa.Array, task: str | None) -> _Plan:
+    """Write (without committing) the prompts, imported verdicts and trajectories this batch adds to the lake."""
+    t = batch.table
     new_prompts = _prompts_to_create(lake, batch, task)
-    present = set(lake.read("trajectories").select("trajectory_id")
-                  .filter(pl.col("trajectory_id").is_in(ids)).collect().get_column("trajectory_id").to_list())
-    new_mask = pa.array([i not in present for i in ids])
-    new = t.filter(new_mask)
-    new_ids = pa.array(ids).filter(new_mask)
-    trajectories = pa.table({
-        "trajectory_id": new_ids,
+    new_mask = pc.invert(_present(lake, "trajectories", ids))
+    new, new_ids = _where(t, new_mask), _where(ids, new_mask)
+    evaluations = _imported_verdicts(lake, new_ids, new.column("reward"))
+    staged = [lake.stage("prompts", [new_prompts]), lake.stage("evaluations", [evaluations]),
+              lake.stage("trajectories", [_trajectory_rows(new, new_ids, _where(hashes, new_mask))])]
+    return _Plan(new_ids, new_prompts.column("prompt_id").to_pylist(), staged)
+
+
+def _raced(lake: Lake, plan: _Plan) -> bool:
+    """Did another writer commit any of the planned trajectories or prompts after the plan was made?"""
+    if pc.any(_present(lake, "trajectories", plan.new_ids)).as_py():
+        return True
+    return bool(plan.prompt_ids) and bool(_existing_prompts(lake, pa.array(plan.prompt_ids, pa.string())))
+
+
+def _trajectory_rows(new: pa.Table, ids: pa.Array, hashes: pa.Array) -> pa.Table:
+    return pa.table({
+        "trajectory_id": ids,
         "prompt_id": new.column("prompt_id"),
         "source": new.column("source"),
         "model_id": new.column("model"),
@@ -115,13 +169,14 @@ def ingest_trajectories(lake: Lake, batch: Batch, *, source: str | None = None, 
         "token_ids": new.column("token_ids"),
         "behavior_logprobs": new.column("logprobs"),
         "tokenizer_id": new.column("tokenizer"),
-        "response_hash": pa.array([response_hash(r) for r in new.column("response").to_pylist()], pa.string()),
+        "response_hash": hashes,
         "metadata": new.column("metadata"),
     })
-    evaluations = _imported_verdicts(lake, new_ids, new.column("reward"))
-    lake.append_many({"prompts": new_prompts, "evaluations": evaluations, "trajectories": trajectories})
-    return IngestReport(new=new.num_rows, present=t.num_rows - new.num_rows,
-                        prompts_new=new_prompts.num_rows, evaluations_new=evaluations.num_rows)
+
+
+def _where(data: pa.Table | pa.Array, mask: pa.Array) -> pa.Table | pa.Array:
+    """`data.filter(mask)` without copying everything when every row is kept (a fresh ingest)."""
+    return data if pc.all(mask).as_py() is not False else data.filter(mask)
 
 
 def _fill(t: pa.Table, values: dict[str, Any]) -> pa.Table:
@@ -133,64 +188,69 @@ def _fill(t: pa.Table, values: dict[str, Any]) -> pa.Table:
     return t
 
 
-def _trajectory_ids(t: pa.Table) -> list[str]:
-    given = t.column("trajectory_id").to_pylist()
-    keys = zip(*(t.column(c).to_pylist() for c in ("prompt_id", "source", "model", "run_id", "response")))
-    seen: Counter = Counter()
-    ids = []
-    for g, key in zip(given, keys):
-        if g is not None:
-            ids.append(g)
-            continue
-        occurrence = seen[key]
-        seen[key] += 1
-        blob = json.dumps([*key, occurrence], ensure_ascii=False).encode()
-        ids.append(hashlib.blake2b(blob, digest_size=16).hexdigest())
-    return ids
-
-
-def _check_unique_given_ids(batch: Batch, ids: list[str]) -> None:
+def _check_unique_ids(batch: Batch, ids: pa.Array) -> None:
+    """Given trajectory_ids must not repeat within one input (derived ids never do)."""
+    if pc.count_distinct(ids).as_py() == len(ids):
+        return
     first: dict[str, int] = {}
-    for i, tid in enumerate(ids):
+    for i, tid in enumerate(ids.to_pylist()):
         if tid in first:
-            raise IngestError(f"{batch.where(i)}: field 'trajectory_id': duplicate {tid!r} (first at {batch.where(first[tid])})")
+            raise IngestError(f"{batch.where(i)}: field 'trajectory_id': duplicate {tid!r} "
+                              f"(first at {batch.where(first[tid])})")
         first[tid] = i
 
 
+_NEW_PROMPT = pa.schema([("prompt_id", pa.string()), ("task", pa.string()), ("prompt", pa.string())])
+
+
 def _prompts_to_create(lake: Lake, batch: Batch, task: str | None) -> pa.Table:
+    """Prompt rows to create from trajectory rows' `prompt`/`task` fields; checks them against the lake."""
     t = batch.table
-    pids = t.column("prompt_id").to_pylist()
-    existing = set(_existing_prompts(lake, pids))
-    texts, tasks = t.column("prompt").to_pylist(), t.column("task").to_pylist()
+    existing = _existing_prompts(lake, t.column("prompt_id"))
+    restated = t.column("prompt").null_count < t.num_rows or t.column("task").null_count < t.num_rows
+    all_known = pc.all(pc.is_in(t.column("prompt_id"), pa.array(list(existing), pa.string()))).as_py()
+    if all_known and not restated:  # the usual case: rows refer to prompts already in the lake
+        return _NEW_PROMPT.empty_table()
+    frame = pl.from_arrow(t.select(["prompt_id", "prompt", "task"])).with_row_index("row")
+    known = pl.Series(list(existing), dtype=pl.String).implode()
+    for field in ("prompt", "task") if existing else ():  # a row restating a known prompt must agree with the lake
+        lake_value = pl.col("prompt_id").replace_strict({k: v[field] for k, v in existing.items()}, default=None,
+                                                        return_dtype=pl.String)
+        clash = frame.filter(pl.col("prompt_id").is_in(known) & pl.col(field).is_not_null()
+                             & (pl.col(field) != lake_value)).head(1)
+        if clash.height:
+            i, pid = clash["row"][0], clash["prompt_id"][0]
+            raise IngestError(f"{batch.where(i)}: field {field!r}: differs from prompt {pid!r} in the lake")
+    combos = (frame.filter(~pl.col("prompt_id").is_in(known))
+              .unique(subset=["prompt_id", "prompt", "task"], keep="first", maintain_order=True))
     rows: dict[str, dict[str, Any]] = {}
-    for i, pid in enumerate(pids):
-        if pid in existing:
+    missing_text: dict[str, int] = {}
+    for r in combos.iter_rows(named=True):  # one row per distinct (prompt_id, prompt, task): few
+        pid, i = r["prompt_id"], r["row"]
+        if r["prompt"] is None:
+            missing_text.setdefault(pid, i)
             continue
-        if texts[i] is None:
-            if pid in rows:
-                continue
-            raise IngestError(f"{batch.where(i)}: field 'prompt_id': {pid!r} is not in the lake; add it with "
-                              "`spolake prompts add` or give a 'prompt' field")
-        row_task = tasks[i] or task
+        row_task = r["task"] or task
         if row_task is None:
             raise IngestError(f"{batch.where(i)}: field 'task': needed to create prompt {pid!r} (or pass --task)")
-        if pid in rows and rows[pid]["prompt"] != texts[i]:
-            raise IngestError(f"{batch.where(i)}: field 'prompt': differs from an earlier row of prompt {pid!r}")
-        rows.setdefault(pid, {"prompt_id": pid, "task": row_task, "prompt": texts[i]})
-    return pa.Table.from_pylist(list(rows.values()), schema=pa.schema([("prompt_id", pa.string()), ("task", pa.string()), ("prompt", pa.string())]))
+        old = rows.setdefault(pid, {"prompt_id": pid, "task": row_task, "prompt": r["prompt"]})
+        if (old["prompt"], old["task"]) != (r["prompt"], row_task):
+            field = "prompt" if old["prompt"] != r["prompt"] else "task"
+            raise IngestError(f"{batch.where(i)}: field {field!r}: differs from an earlier row of prompt {pid!r}")
+    for pid, i in missing_text.items():
+        if pid not in rows:
+            raise IngestError(f"{batch.where(i)}: field 'prompt_id': {pid!r} is not in the lake; add it with "
+                              "`spolake prompts add` or give a 'prompt' field")
+    return pa.Table.from_pylist(list(rows.values()), schema=_NEW_PROMPT)
 
 
 def _imported_verdicts(lake: Lake, ids: pa.Array, reward: pa.ChunkedArray) -> pa.Table:
+    """An `imported` evaluation per new trajectory with a reward (0 = passed), unless a crashed run left it."""
     has = pc.is_valid(reward)
-    ids, reward = ids.filter(has), reward.filter(has)
-    done = set(lake.read("evaluations").filter((pl.col("verifier") == "imported") & pl.col("trajectory_id").is_in(ids.to_pylist()))
-               .select("trajectory_id").collect().get_column("trajectory_id").to_list())
-    keep = pa.array([i not in done for i in ids.to_pylist()], pa.bool_())
-    ids, reward = ids.filter(keep), reward.filter(keep)
-    return pa.table({
-        "trajectory_id": ids,
-        "verifier": pa.array(["imported"] * len(ids), pa.string()),
-        "passed": pc.greater_equal(reward, 0.0),
-        "reward": reward,
-        "verdict": pa.array(["imported"] * len(ids), pa.string()),
-    })
+    ids, reward = _where(ids, has), _where(reward, has)
+    if len(ids):
+        keep = pc.invert(_present(lake, "evaluations", ids, pl.col("verifier") == "imported"))
+        ids, reward = _where(ids, keep), _where(reward, keep)
+    verdict = pa.repeat(pa.scalar("imported"), len(ids))
+    return pa.table({"trajectory_id": ids, "verifier": verdict, "passed": pc.greater_equal(reward, 0.0),
+                     "reward": reward, "verdict": verdict})

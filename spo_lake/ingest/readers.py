@@ -5,14 +5,24 @@ invalid UTF-8, truncated JSON, non-object lines, oversized lines and empty input
 """
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-MAX_LINE_BYTES = 64 * 1024 * 1024
+import pyarrow as pa
+
+DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+def max_line_bytes() -> int:
+    """Longest accepted input line (JSONL line or CSV record); env SPOLAKE_MAX_LINE_BYTES overrides."""
+    return int(os.environ.get("SPOLAKE_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES))
 
 
 class IngestError(ValueError):
@@ -25,40 +35,87 @@ class Located:
     record: dict[str, Any]
 
 
-def _reject_constant(name: str) -> float:
+def reject_constant(name: str) -> float:
+    """`parse_constant` hook for JSON text stored in the lake: NaN and Infinity are not JSON."""
     raise ValueError(f"{name} is not valid JSON")
 
 
-def read_jsonl(path: Path, max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[Located]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as fh:
-        lineno = 0
-        while True:
-            raw = fh.readline(max_line_bytes + 1)
-            if not raw:
-                break
-            lineno += 1
-            if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
-                raise IngestError(f"{path}:line {lineno}: line longer than {max_line_bytes} bytes")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise IngestError(f"{path}:line {lineno}: invalid UTF-8 at byte {exc.start}") from None
-            if not text.strip():
-                continue
-            try:
-                rec = json.loads(text, parse_constant=_reject_constant)
-            except ValueError as exc:
-                raise IngestError(f"{path}:line {lineno}: invalid JSON: {exc}") from None
-            if not isinstance(rec, dict):
-                raise IngestError(f"{path}:line {lineno}: expected a JSON object, got {type(rec).__name__}")
-            yield Located(f"{path}:line {lineno}", rec)
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r}")
+    return out
 
 
-def read_parquet(path: Path):
+_ESCAPED_BYTE = re.compile("[\udc80-\udcff]")  # how surrogateescape decodes a byte that is not UTF-8
+_KEY = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:')
+
+
+def _field_at(text: str, pos: int) -> str:
+    """"field 'k': " for the last key before `pos` (where a JSON error happened), or "" when there is none."""
+    keys = _KEY.findall(text, 0, pos)
+    return f"field {keys[-1]!r}: " if keys else ""
+
+
+def _bad_utf8_field(raw: bytes) -> str:
+    """Name the field holding invalid UTF-8 bytes, when the line parses with them escaped."""
+    try:
+        rec = json.loads(raw.decode("utf-8", "surrogateescape"))
+    except ValueError:
+        return ""
+    for key, value in rec.items() if isinstance(rec, dict) else ():
+        if _ESCAPED_BYTE.search(json.dumps(value, ensure_ascii=False) + key):
+            return f"field {key!r}: "
+    return ""
+
+
+def read_jsonl(path: Path) -> Iterator[Located]:
+    """JSON objects, one a line. NaN/Infinity parse as floats so the validator can name the field refusing them."""
+    limit = max_line_bytes()
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as fh:
+            yield from _jsonl_lines(path, fh, limit)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:  # truncated or corrupt gzip stream
+        raise IngestError(f"{path}: cannot read: {exc}") from None
+
+
+def _jsonl_lines(path: Path, fh: Any, limit: int) -> Iterator[Located]:
+    lineno = 0
+    while raw := fh.readline(limit + 1):
+        lineno += 1
+        where = f"{path}:line {lineno}"
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            raise IngestError(f"{where}: line longer than {limit} bytes (SPOLAKE_MAX_LINE_BYTES)")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise IngestError(f"{where}: {_bad_utf8_field(raw)}invalid UTF-8 at byte {exc.start}") from None
+        if not text.strip():
+            continue
+        try:
+            rec = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+        except json.JSONDecodeError as exc:
+            truncated = " (truncated?)" if exc.pos >= len(text.rstrip()) else ""
+            raise IngestError(f"{where}: {_field_at(text, exc.pos)}invalid JSON{truncated}: {exc.msg} at character "
+                              f"{exc.pos + 1}") from None
+        except ValueError as exc:
+            raise IngestError(f"{where}: invalid JSON: {exc}") from None
+        if not isinstance(rec, dict):
+            raise IngestError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        yield Located(where, rec)
+
+
+def read_parquet(path: Path) -> pa.Table:
     """Parquet is read as a typed Arrow table: its column types are checked once, its values column-wise."""
     import pyarrow.parquet as pq
 
+    if not path.exists():
+        raise IngestError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise IngestError(f"{path}: empty file, no records")
     try:
         return pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for a corrupt file
@@ -66,71 +123,78 @@ def read_parquet(path: Path):
 
 
 def read_csv(path: Path) -> Iterator[Located]:
-    """CSV cells holding lists/objects (token_ids, logprobs, tests, metadata) are JSON text."""
-    import csv
-
+    """CSV with a header row. Cells of list/object fields (token_ids, logprobs, tests, metadata) are JSON text;
+    number fields are parsed strictly; an empty cell means "absent"."""
+    raw = path.read_bytes()
     try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise IngestError(f"{path}:line {line}: invalid UTF-8") from None
+        text, bad_utf8 = raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:  # parse anyway, with the bad bytes escaped, to name the cell holding them
+        text, bad_utf8 = raw.decode("utf-8", "surrogateescape"), exc
+    csv.field_size_limit(max_line_bytes())
     reader = csv.DictReader(io.StringIO(text, newline=""))
-    for rec in reader:
-        line = reader.line_num
-        if None in rec:
-            raise IngestError(f"{path}:line {line}: more cells than header columns")
-        yield Located(f"{path}:line {line}", {k: _csv_cell(v, path, line, k) for k, v in rec.items() if v not in ("", None)})
+    try:
+        for rec in reader:
+            where = f"{path}:line {reader.line_num}"
+            if None in rec:
+                raise IngestError(f"{where}: more cells than header columns")
+            if bad_utf8 is not None:
+                for k, v in rec.items():
+                    if v is not None and _ESCAPED_BYTE.search(v):
+                        raise IngestError(f"{where}: field {k!r}: invalid UTF-8")
+            yield Located(where, {k: _csv_cell(v, where, k) for k, v in rec.items() if v not in ("", None)})
+    except csv.Error as exc:
+        raise IngestError(f"{path}:line {reader.line_num}: bad CSV: {exc}") from None
+    if bad_utf8 is not None:  # in the header
+        line = raw[: bad_utf8.start].count(b"\n") + 1
+        raise IngestError(f"{path}:line {line}: invalid UTF-8 at byte {bad_utf8.start}")
 
 
 _CSV_JSON_FIELDS = {"token_ids", "logprobs", "tests", "metadata"}
-_CSV_NUMBER_FIELDS = {"temperature", "top_p", "reward", "policy_version", "time_limit_s", "memory_limit_mb"}
+_CSV_FLOAT_FIELDS = {"temperature", "top_p", "reward", "time_limit_s"}
+_CSV_INT_FIELDS = {"policy_version", "memory_limit_mb"}
 
 
-def _csv_cell(value: str, path: Path, line: int, field: str) -> Any:
-    if field in _CSV_JSON_FIELDS:
-        try:
-            return json.loads(value, parse_constant=_reject_constant)
-        except ValueError:
-            raise IngestError(f"{path}:line {line}: field {field!r}: invalid JSON text") from None
-    if field in _CSV_NUMBER_FIELDS:
-        try:
-            number = float(value)
-        except ValueError:
-            raise IngestError(f"{path}:line {line}: field {field!r}: not a number: {value[:40]!r}") from None
-        return int(number) if field in {"policy_version", "memory_limit_mb"} and number.is_integer() else number
+def _csv_cell(value: str, where: str, field: str) -> Any:
+    try:
+        if field in _CSV_JSON_FIELDS:
+            return json.loads(value)
+        if field in _CSV_INT_FIELDS:
+            return int(value)
+        if field in _CSV_FLOAT_FIELDS:
+            return float(value)
+    except ValueError:
+        kind = "JSON text" if field in _CSV_JSON_FIELDS else "an integer" if field in _CSV_INT_FIELDS else "a number"
+        raise IngestError(f"{where}: field {field!r}: expected {kind}, got {value[:40]!r}") from None
     return value
 
 
-def read_hf(name_or_path: str, split: str = "train") -> Iterator[Located]:
-    """A `datasets` dataset saved with save_to_disk (local dir) or loadable by name (hub or a local script/dir)."""
+def read_hf(name_or_path: str, split: str = "train") -> pa.Table:
+    """A `datasets` dataset saved with save_to_disk (local dir) or loadable by name, as a typed Arrow table."""
     import datasets
 
     p = Path(name_or_path)
-    if p.is_dir() and any((p / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
-        ds = datasets.load_from_disk(str(p))
-        if isinstance(ds, datasets.DatasetDict):
-            ds = ds[split]
-    else:
-        ds = datasets.load_dataset(name_or_path, split=split)
-    for i, rec in enumerate(ds):
-        yield Located(f"{name_or_path}[{split}]:row {i + 1}", _drop_nulls(rec))
-
-
-def _drop_nulls(rec: dict[str, Any]) -> dict[str, Any]:
-    """A null cell means "field absent"; NaN is kept so the validator can reject it."""
-    return {k: v for k, v in rec.items() if v is not None}
+    try:
+        if p.is_dir() and any((p / f).exists() for f in ("dataset_info.json", "state.json", "dataset_dict.json")):
+            ds = datasets.load_from_disk(str(p))
+            if isinstance(ds, datasets.DatasetDict):
+                if split not in ds:
+                    raise IngestError(f"{name_or_path}: no split {split!r} (has {', '.join(ds)})")
+                ds = ds[split]
+        else:
+            ds = datasets.load_dataset(name_or_path, split=split)
+    except IngestError:
+        raise
+    except Exception as exc:  # datasets raises many types (missing files, hub unreachable, bad split)
+        raise IngestError(f"{name_or_path}: cannot load dataset: {' '.join(str(exc).split())}") from None
+    return ds.with_format("arrow")[:]  # respects selections/shuffles, unlike ds.data
 
 
 def is_parquet(path: str) -> bool:
     return path.lower().endswith(".parquet")
 
 
-def read_records(path: str, hf_split: str | None = None) -> Iterator[Located]:
-    """Records of a row-oriented input (Parquet goes through `read_parquet`). `hf_split` set means `path` is a
-    Hugging Face dataset name or a directory saved by `save_to_disk`."""
-    if hf_split is not None:
-        yield from read_hf(path, hf_split)
-        return
+def read_records(path: str) -> Iterator[Located]:
+    """Records of a row-oriented input: JSONL (optionally gzipped) or CSV. Parquet and datasets are read typed."""
     p = Path(path)
     if not p.exists():
         raise IngestError(f"{path}: no such file")

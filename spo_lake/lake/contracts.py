@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 
@@ -67,7 +68,8 @@ class Contract:
     def conform(self, data: pa.Table) -> pa.Table:
         """Cast `data` to this contract: fill created_at/schema_version, check types and nulls, reject extras.
 
-        Casting is safe (no silent truncation or float->int coercion); JSON columns must hold JSON text.
+        Casting is safe (no silent truncation or float->int coercion). JSON columns are taken as given: callers
+        serialise them with `to_json_text` (ingest validates user-supplied JSON text before it gets here).
         """
         n = data.num_rows
         extra = set(data.column_names) - set(self.names)
@@ -78,9 +80,9 @@ class Contract:
             if col.name in data.column_names:
                 arr = data.column(col.name)
             elif col.name == "created_at":
-                arr = pa.array([datetime.now(timezone.utc)] * n, pa.timestamp("us", tz="UTC"))
+                arr = pa.repeat(pa.scalar(datetime.now(timezone.utc), pa.timestamp("us", tz="UTC")), n)
             elif col.name == "schema_version":
-                arr = pa.array([self.version] * n, pa.int32())
+                arr = pa.repeat(pa.scalar(self.version, pa.int32()), n)
             elif col.nullable:
                 arr = pa.nulls(n, col.arrow_type)
             else:
@@ -97,10 +99,7 @@ class Contract:
 
 
 def _first_null(arr: pa.ChunkedArray | pa.Array) -> int:
-    for i, v in enumerate(arr.to_pylist()):
-        if v is None:
-            return i
-    return -1
+    return pc.index(pc.is_null(arr), True).as_py()
 
 
 @cache
@@ -114,7 +113,8 @@ def contract(table: str) -> Contract:
         version=int(raw["version"]),
         description=raw["description"],
         key=tuple(raw["key"]),
-        columns=tuple(Column(c["name"], c["type"], bool(c["nullable"]), c.get("description", "")) for c in raw["columns"]),
+        columns=tuple(Column(c["name"], c["type"], bool(c["nullable"]), c.get("description", ""))
+                      for c in raw["columns"]),
     )
 
 

@@ -10,17 +10,21 @@ import json
 import os
 import random
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
+from urllib.parse import unquote
 
 import polars as pl
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction
 
 from spo_lake.lake.contracts import Contract, contract, table_names
+from spo_lake.lake.writer import lake_lock, write_files
 
 # Time travel must outlive any snapshot: never expire log entries, and let only our keep_versions-aware vacuum
 # delete data files.
@@ -38,6 +42,16 @@ class LakeError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Staged:
+    """Rows of one table written but not committed (see `Lake.stage`)."""
+
+    table: str
+    num_rows: int
+    actions: list[AddAction] | None = None  # local lakes: the data files already written
+    data: pa.Table | None = None  # object stores: written by delta-rs at commit
+
+
+@dataclass(frozen=True)
 class Snapshot:
     name: str
     versions: dict[str, int]
@@ -46,7 +60,15 @@ class Snapshot:
 
 
 def _is_uri(path: str) -> bool:
-    return "://" in path and not path.startswith("file://")
+    """Object-store style roots (s3://, gs://, az://, file://...) go through delta-rs for writes and reads."""
+    return "://" in path
+
+
+def _local_root(path: str | os.PathLike) -> str:
+    root = str(Path(path).resolve())
+    if "%" in root:  # delta-rs percent-decodes local paths, so a literal '%' points elsewhere
+        raise LakeError(f"{root}: a lake path cannot contain '%'")
+    return root
 
 
 class Lake:
@@ -62,18 +84,19 @@ class Lake:
         """Create the lake (idempotent): every table of `schemas/` plus the snapshot registry."""
         root = str(path)
         if not _is_uri(root):
+            root = _local_root(root)
             Path(root).mkdir(parents=True, exist_ok=True)
-            root = str(Path(root).resolve())
         lake = cls(root, storage_options)
         for name in [*table_names(), SNAPSHOTS]:
             lake._ensure_table(contract(name))
         return lake
 
     @classmethod
-    def open(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None, create: bool = False) -> "Lake":
+    def open(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None,
+             create: bool = False) -> "Lake":
         root = str(path)
         if not _is_uri(root):
-            root = str(Path(root).resolve())
+            root = _local_root(root)
         lake = cls(root, storage_options)
         if not DeltaTable.is_deltatable(lake.uri(SNAPSHOTS), storage_options):
             if create:
@@ -97,6 +120,19 @@ class Lake:
         except CommitFailedError:
             pass  # another process created it first
 
+    def _evolve(self, dt: DeltaTable, c: Contract) -> DeltaTable:
+        """Add contract columns the table lacks (contracts only ever gain nullable columns)."""
+        have = {f.name for f in dt.schema().fields}
+        missing = [Field.from_arrow(f) for f in c.arrow_schema if f.name not in have]
+        if missing:
+            dt.alter.add_columns(missing)
+            dt = self.delta(c.table)
+        return dt
+
+    def lock(self) -> AbstractContextManager[None]:
+        """Cross-process lock for check-then-commit sections (local lakes; object stores have no such lock)."""
+        return nullcontext() if _is_uri(self.root) else lake_lock(self.root)
+
     def delta(self, table: str, version: int | None = None) -> DeltaTable:
         try:
             return DeltaTable(self.uri(table), version=version, storage_options=self.storage_options)
@@ -106,32 +142,65 @@ class Lake:
             raise LakeError(f"{table}: cannot load version {version}: {exc}") from None
 
     # ---- writing -------------------------------------------------------------------------------------------
-    def append(self, table: str, rows: Rows, *, max_attempts: int = 30) -> int:
-        """Append rows (conformed to the table's contract) in one commit; returns the new table version.
+    def stage(self, table: str, chunks: Iterable[Rows]) -> Staged:
+        """Conform and write rows, chunk by chunk, without committing: nothing is visible until `commit`.
+
+        `chunks` may be a generator: on a local lake each chunk's files are written on a thread pool while the
+        next chunk is produced. Object-store lakes keep the rows in memory and let delta-rs write them at commit.
+        """
+        c = contract(table)
+        conformed = (data for data in (c.conform(_to_arrow(rows)) for rows in chunks) if data.num_rows)
+        if _is_uri(self.root):
+            parts = list(conformed)
+            data = pa.concat_tables(parts) if parts else c.arrow_schema.empty_table()
+            return Staged(table, data.num_rows, data=data)
+        written = 0
+
+        def counted() -> Iterator[pa.Table]:
+            nonlocal written
+            for data in conformed:
+                written += data.num_rows
+                yield data
+
+        actions = write_files(self.uri(table), counted())
+        return Staged(table, written, actions=actions)
+
+    def commit(self, staged: Staged, *, max_attempts: int = 30) -> int:
+        """Commit staged rows as one Delta append; returns the table version after it.
 
         Commit conflicts with concurrent writers are retried with jittered exponential back-off.
         """
-        data = contract(table).conform(_to_arrow(rows))
-        if data.num_rows == 0:
-            return self.version(table)
+        if staged.num_rows == 0:
+            return self.version(staged.table)
         for attempt in range(max_attempts):
             try:
-                write_deltalake(self.uri(table), data, mode="append", storage_options=self.storage_options)
-                return self.version(table)
+                if staged.actions is None:
+                    write_deltalake(self.uri(staged.table), staged.data, mode="append",
+                                    storage_options=self.storage_options)
+                else:
+                    dt = self._evolve(self.delta(staged.table), contract(staged.table))
+                    dt.create_write_transaction(staged.actions, mode="append", schema=dt.schema())
+                return self.version(staged.table)
             except CommitFailedError:
                 if attempt == max_attempts - 1:
                     raise
                 time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
-    def append_many(self, batches: Mapping[str, Rows]) -> dict[str, int]:
-        """Append to several tables, conforming ALL of them before the first commit.
+    def append(self, table: str, rows: Rows) -> int:
+        """Append rows (conformed to the table's contract) in one commit; returns the table version after it."""
+        return self.commit(self.stage(table, [rows]))
 
-        Commits go in the given order; callers put the table that makes the batch visible (e.g. trajectories)
-        last, so a crash in between leaves only unreferenced facts that a retry re-uses.
+    def append_many(self, batches: Mapping[str, Rows]) -> dict[str, int]:
+        """Append to several tables, conforming and writing ALL of them before the first commit.
+
+        Commits go in the given order, under the lake lock so no snapshot falls between them; callers put the
+        table that makes the batch visible (e.g. trajectories) last, so a crash in between leaves only unreferenced
+        facts that a retry re-uses.
         """
-        conformed = {t: contract(t).conform(_to_arrow(r)) for t, r in batches.items()}
-        return {t: self.append(t, data) for t, data in conformed.items() if data.num_rows}
+        staged = [self.stage(t, [rows]) for t, rows in batches.items()]
+        with self.lock():
+            return {s.table: self.commit(s) for s in staged if s.num_rows}
 
     # ---- versions and snapshots ----------------------------------------------------------------------------
     def version(self, table: str) -> int:
@@ -142,12 +211,15 @@ class Lake:
 
     def snapshot(self, name: str, note: str | None = None) -> Snapshot:
         """Pin the current version of every table under `name` (names are never reused)."""
-        if not name or any(ch in name for ch in "\n\r\t"):
+        if not name or name != name.strip() or any(ch in name for ch in "\n\r\t"):
             raise LakeError(f"invalid snapshot name {name!r}")
-        if name in self._snapshot_rows():
-            raise LakeError(f"snapshot {name!r} already exists (snapshots are immutable)")
-        versions = self.versions()
-        self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(versions), "note": note, "deleted": False}])
+        with self.lock():
+            old = self._snapshot_rows().get(name)
+            if old is not None:
+                why = "was deleted; names are never reused" if old["deleted"] else "already exists"
+                raise LakeError(f"snapshot {name!r} {why} (snapshots are immutable)")
+            versions = self.versions()
+            self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(versions), "note": note, "deleted": False}])
         return self.get_snapshot(name)
 
     def _snapshot_rows(self) -> dict[str, dict[str, Any]]:
@@ -173,8 +245,10 @@ class Lake:
 
     def delete_snapshot(self, name: str) -> None:
         """Tombstone a snapshot; its files are released to the next vacuum."""
-        snap = self.get_snapshot(name)
-        self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(snap.versions), "note": snap.note, "deleted": True}])
+        with self.lock():
+            snap = self.get_snapshot(name)
+            self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(snap.versions), "note": snap.note,
+                                     "deleted": True}])
 
     def resolve(self, snapshot: str | Snapshot | None) -> dict[str, int | None]:
         """{table: version}; None means latest. Tables newer than the snapshot read as their empty version 0."""
@@ -185,7 +259,9 @@ class Lake:
 
     # ---- reading -------------------------------------------------------------------------------------------
     def files(self, table: str, version: int | None = None) -> list[str]:
-        return self.delta(table, version).file_uris()
+        """The data files of `table` at `version`: local paths for a local lake (delta-rs percent-encodes them)."""
+        uris = self.delta(table, version).file_uris()
+        return uris if _is_uri(self.root) else [unquote(u.removeprefix("file://")) for u in uris]
 
     def arrow_dataset(self, table: str, version: int | None = None):
         return self.delta(table, version).to_pyarrow_dataset()
@@ -202,9 +278,9 @@ class Lake:
 
     def sql(self, query: str, snapshot: str | Snapshot | None = None) -> pa.Table:
         """Run DuckDB SQL with every table visible as a view at the snapshot's versions."""
-        from spo_lake.lake.sql import connect
+        from spo_lake.lake.sql import connect, referenced_tables
 
-        con = connect(self, snapshot)
+        con = connect(self, snapshot, tables=referenced_tables(query))
         try:
             rel = con.sql(query)
             return rel.to_arrow_table() if rel is not None else pa.table({})
@@ -232,20 +308,26 @@ class Lake:
             out[t] = self.delta(t).optimize.compact()
         return out
 
-    def vacuum(self, retention_hours: float = 0, dry_run: bool = False) -> dict[str, list[str]]:
-        """Delete data files no pinned snapshot version and no latest version references.
+    def vacuum(self, retention_hours: int = 0, dry_run: bool = False,
+               orphan_age_hours: int | None = 24) -> dict[str, list[str]]:
+        """Delete data files that neither the latest version nor any snapshot's pinned version references.
 
-        Files removed longer than `retention_hours` ago go; snapshot-pinned versions always survive.
+        Files removed (by compaction) longer than `retention_hours` ago go. Orphans — files of writers killed
+        before their commit — go once older than `orphan_age_hours` (None keeps them); an orphan younger than that
+        may belong to a commit still in flight, so do not set it near 0 while other processes write.
         """
-        pinned = self.pinned_versions()
         out = {}
-        for t in [*table_names(), SNAPSHOTS]:
-            dt = self.delta(t)
-            keep = sorted(pinned.get(t, set()) | {dt.version()})
-            out[t] = dt.vacuum(
-                retention_hours=int(retention_hours), dry_run=dry_run, enforce_retention_duration=False,
-                keep_versions=keep, full=False,
-            )
+        with self.lock():  # no snapshot can be created between reading the pins and deleting
+            pinned = self.pinned_versions()
+            for t in [*table_names(), SNAPSHOTS]:
+                dt = self.delta(t)
+                keep = sorted(pinned.get(t, set()) | {dt.version()})
+                common = dict(dry_run=dry_run, enforce_retention_duration=False, keep_versions=keep)
+                gone = set(dt.vacuum(retention_hours=int(retention_hours), full=False, **common))
+                if orphan_age_hours is not None:
+                    age = int(max(retention_hours, orphan_age_hours))
+                    gone |= set(dt.vacuum(retention_hours=age, full=True, **common))
+                out[t] = sorted(gone)
         return out
 
 

@@ -16,11 +16,24 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def connect(lake: Lake, snapshot: str | Snapshot | None = None, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def referenced_tables(query: str) -> list[str]:
+    """Lake tables `query` names; every table when it names none or cannot be parsed (DuckDB then reports why)."""
+    try:
+        names = {n.lower() for n in duckdb.get_table_names(query)}
+    except duckdb.Error:
+        return table_names()
+    return [t for t in table_names() if t in names] or table_names()
+
+
+def connect(lake: Lake, snapshot: str | Snapshot | None = None, threads: int | None = None,
+            tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with `tables` (default: all) as views at the snapshot's versions."""
     con = duckdb.connect()
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    for table, version in lake.resolve(snapshot).items():
+    versions = lake.resolve(snapshot)
+    for table in tables or table_names():
+        version = versions[table]
         files = lake.files(table, version)
         if not files:
             con.register(f"_{table}_empty", contract(table).arrow_schema.empty_table())
@@ -29,10 +42,6 @@ def connect(lake: Lake, snapshot: str | Snapshot | None = None, threads: int | N
             con.register(f"_{table}_ds", lake.arrow_dataset(table, version))
             con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM "_{table}_ds"')
         else:
-            paths = ", ".join(_quote(f.removeprefix("file://")) for f in files)
+            paths = ", ".join(_quote(f) for f in files)
             con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{paths}], union_by_name = true)')
     return con
-
-
-def table_columns() -> dict[str, list[str]]:
-    return {t: contract(t).names for t in table_names()}

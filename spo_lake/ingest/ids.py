@@ -1,0 +1,146 @@
+"""Content-derived trajectory ids and normalised response hashes, over whole Arrow columns.
+
+`response_hash` is sha256 of `spo_lake.tasks.normalize.normalize_text(response)`; the content id of a trajectory
+hashes (prompt_id, source, model, run_id, sha256 of the exact response). Both digests come from ONE pass over each
+response's bytes, read straight from the Arrow buffers: for most responses the normalised text is the raw text minus
+blanks at its ends, so sha256 runs over that middle, is copied for the response hash, then fed the trimmed tail for
+the raw hash. Responses with CR line ends or blanks ending an inner line go through `normalize_text` itself.
+"""
+from __future__ import annotations
+
+import binascii
+import hashlib
+from collections import Counter
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spo_lake.tasks.normalize import normalize_text
+
+# The characters str.isspace() accepts, minus the line breaks "\n" and "\r" (str.rstrip strips exactly these).
+BLANKS = ("\t\x0b\x0c\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+          "\u200a\u2028\u2029\u202f\u205f\u3000")
+BATCH_ROWS = 65_536
+_NEEDS_LINES = "\r|[" + "".join(f"\\x{{{ord(c):x}}}" for c in BLANKS) + "]\n"  # RE2: CR, or a blank ending a line
+
+
+def _lengths(col: pa.ChunkedArray) -> list[int]:
+    return pc.binary_length(col).to_numpy(zero_copy_only=False).tolist()
+
+
+def _slices(chunk: pa.Array) -> tuple[memoryview, list[int]]:
+    """The data buffer of a string array and its value offsets."""
+    width = np.int64 if pa.types.is_large_string(chunk.type) else np.int32
+    offsets = np.frombuffer(chunk.buffers()[1], dtype=width)[chunk.offset: chunk.offset + len(chunk) + 1]
+    data = chunk.buffers()[2]
+    return memoryview(data if data is not None else b""), offsets.tolist()
+
+
+def _value(col: pa.ChunkedArray, row: int) -> memoryview:
+    """The UTF-8 bytes of one string of a chunked column."""
+    for chunk in col.chunks:
+        if row < len(chunk):
+            view, offsets = _slices(chunk.slice(row, 1))
+            return view[offsets[0]: offsets[1]]
+        row -= len(chunk)
+    raise IndexError(row)
+
+
+def _hex(digests: list[bytes]) -> pa.Array:
+    """Equal-length binary digests as a column of hex strings, converted in one call rather than row by row."""
+    data = binascii.hexlify(b"".join(digests))
+    width = 2 * len(digests[0]) if digests else 0
+    offsets = np.arange(0, len(data) + 1, width or 1, dtype=np.int32)
+    return pa.StringArray.from_buffers(len(digests), pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def response_digests(responses: pa.ChunkedArray) -> tuple[pa.Array, pa.Array]:
+    """(sha256 of each normalised response, sha256 of each exact response) as hex; `responses` has no nulls."""
+    responses = responses.cast(pa.string())
+    normalised: list[bytes] = []
+    exact: list[bytes] = []
+    for start in range(0, len(responses), BATCH_ROWS):  # batches keep the trimmed copies small
+        _digest_batch(responses.slice(start, BATCH_ROWS), normalised, exact)
+    return _hex(normalised), _hex(exact)
+
+
+def _digest_batch(responses: pa.ChunkedArray, normalised: list[bytes], exact: list[bytes]) -> None:
+    trimmed_end = pc.utf8_rtrim(responses, characters=BLANKS + "\n")
+    trimmed = pc.utf8_ltrim(trimmed_end, characters="\n")
+    middles = _lengths(trimmed)
+    row0 = len(normalised)
+    sha256 = hashlib.sha256
+    for chunk in responses.chunks:
+        view, offsets = _slices(chunk)
+        done = len(normalised) - row0
+        for start, end, middle in zip(offsets, offsets[1:], middles[done: done + len(chunk)]):
+            h = sha256(view[start: start + middle])  # the hot loop: one pass over each response
+            normalised.append(h.digest())
+            h.update(view[start + middle: end])
+            exact.append(h.digest())
+    # Redo the rows the loop got wrong: leading newlines (the middle does not start at 0) ...
+    leads = np.subtract(_lengths(trimmed_end), middles)
+    for row in np.flatnonzero(leads).tolist():
+        text = _value(responses, row)
+        normalised[row0 + row] = sha256(text[leads[row]: leads[row] + middles[row]]).digest()
+        exact[row0 + row] = sha256(text).digest()
+    # ... and CR line ends or blanks ending an inner line, which only `normalize_text` itself gets right.
+    needs_lines = pc.match_substring_regex(responses, _NEEDS_LINES).to_numpy(zero_copy_only=False)
+    for row in np.flatnonzero(needs_lines).tolist():
+        text = _value(responses, row)
+        normalised[row0 + row] = sha256(normalize_text(bytes(text).decode("utf-8")).encode()).digest()
+        exact[row0 + row] = sha256(text).digest()
+
+
+def response_hashes(responses: pa.ChunkedArray) -> pa.Array:
+    """sha256 hex of each normalised response: equal to `response_hash(r)` for every r."""
+    return response_digests(responses)[0]
+
+
+def _self_delimiting(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """'<byte length>:<value>' or '-' for null, so a concatenation of such fields splits back one way only."""
+    col = col.cast(pa.string())
+    framed = pc.binary_join_element_wise(pc.cast(pc.binary_length(col), pa.string()), col, ":")
+    return pc.if_else(pc.is_valid(col), framed, "-")
+
+
+def _md5_hex(strings: pa.ChunkedArray) -> pa.ChunkedArray:
+    """md5 hex of each string, by DuckDB on all cores (input order kept). The strings are short keys ending in a
+    sha256, so md5's weakness to chosen collisions does not reach the response text."""
+    con = duckdb.connect()
+    try:
+        con.register("keys", pa.table({"k": strings}))
+        return con.sql("SELECT md5(k) FROM keys").to_arrow_table().column(0)
+    finally:
+        con.close()
+
+
+def trajectory_ids(t: pa.Table, exact_hashes: pa.Array) -> pa.Array:
+    """Ids for the rows of a validated trajectory batch: the given `trajectory_id`, else content-derived.
+
+    The content id is md5 of (prompt_id, source, model, run_id, sha256 of the exact response). The k-th repeat
+    (k >= 1) of the same content within one input gets md5(first id + "#k"): identical samples stay distinct rows,
+    and re-ingesting the same input derives the same ids again.
+    """
+    given = t.column("trajectory_id").combine_chunks()
+    if given.null_count == 0:
+        return given
+    fields = [_self_delimiting(t.column(c)) for c in ("prompt_id", "source", "model", "run_id")]
+    key = pc.binary_join_element_wise(*fields, exact_hashes, "")
+    derived = _md5_hex(key)
+    missing = pc.is_null(given)
+    if pc.count_distinct(derived.filter(missing)).as_py() < pc.sum(missing).as_py():  # repeats: number them
+        ids, has_given = derived.to_pylist(), pc.is_valid(given).to_pylist()
+        counts = Counter(i for i, g in zip(ids, has_given) if not g)
+        seen: Counter[str] = Counter()
+        for row, first in enumerate(ids):
+            if has_given[row] or counts[first] == 1:
+                continue
+            k = seen[first]
+            seen[first] += 1
+            if k:
+                ids[row] = hashlib.md5(f"{first}#{k}".encode()).hexdigest()
+        derived = pa.array(ids, pa.string())
+    return pc.if_else(pc.is_valid(given), given, derived)

@@ -1,0 +1,184 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from spo_lake.lake import Lake, LakeError, contract, table_names
+from tests.lake.rows import trajectory_rows
+
+ALL = "SELECT trajectory_id, prompt_id, token_ids, behavior_logprobs FROM trajectories ORDER BY trajectory_id"
+
+
+def parquet_files(root: str) -> set[str]:
+    return {str(p) for p in Path(root).rglob("*.parquet")}
+
+
+def test_init_creates_every_table_and_open_finds_them(tmp_path):
+    root = tmp_path / "lake"
+    with pytest.raises(LakeError, match="not a lake"):
+        Lake.open(root)
+    Lake.init(root)
+    lake = Lake.open(root)
+    assert set(lake.versions()) == set(table_names())
+    assert all(v == 0 for v in lake.versions().values())
+    assert Lake.init(root).versions() == lake.versions()  # idempotent
+    for t in table_names():
+        assert DeltaTable(lake.uri(t)).metadata().configuration["delta.enableExpiredLogCleanup"] == "false"
+
+
+@pytest.mark.parametrize("kind", ["dicts", "arrow", "polars"])
+def test_append_round_trips_through_read_and_sql(lake, kind):
+    rows = trajectory_rows(3)
+    data = {"dicts": rows, "arrow": pa.Table.from_pylist(rows), "polars": pl.DataFrame(rows)}[kind]
+    version = lake.append("trajectories", data)
+    assert version == lake.version("trajectories") == 1
+    got = lake.read("trajectories").sort("trajectory_id").collect()
+    assert got["trajectory_id"].to_list() == [r["trajectory_id"] for r in rows]
+    assert got["token_ids"].to_list() == [r["token_ids"] for r in rows]
+    assert got["behavior_logprobs"].to_list() == [r["behavior_logprobs"] for r in rows]
+    assert got["schema_version"].to_list() == [contract("trajectories").version] * 3
+    assert lake.sql(ALL).to_pylist() == [{k: r[k] for k in ("trajectory_id", "prompt_id", "token_ids",
+                                                               "behavior_logprobs")} for r in rows]
+    assert lake.count("trajectories") == 3
+
+
+def test_empty_tables_read_and_query_with_their_contract_schema(lake):
+    assert lake.read("values").collect().columns == contract("values").names
+    assert lake.sql("SELECT count(*) AS n FROM values").to_pylist() == [{"n": 0}]
+    shown = {r["name"] for r in lake.sql("SHOW TABLES").to_pylist()}
+    assert set(table_names()) <= shown
+
+
+def test_time_travel_and_snapshot_isolation(lake):
+    lake.append("trajectories", trajectory_rows(2))
+    snap = lake.snapshot("first", note="two rows")
+    before = lake.sql(ALL, snapshot="first")
+    lake.append("trajectories", trajectory_rows(3, start=2))
+    lake.append("prompts", [{"prompt_id": "p0", "task": "countdown", "prompt": "x"}])
+    assert lake.sql(ALL, snapshot="first").equals(before)
+    assert lake.sql(ALL, snapshot=snap).num_rows == 2
+    assert lake.read("trajectories", snapshot="first").collect().height == 2
+    assert lake.sql("SELECT count(*) AS n FROM prompts", snapshot="first").to_pylist() == [{"n": 0}]
+    assert lake.sql(ALL).num_rows == 5
+    assert lake.get_snapshot("first").versions["trajectories"] == 1
+    assert lake.get_snapshot("first").note == "two rows"
+
+
+def test_snapshot_names_are_unique_and_never_reused(lake):
+    lake.snapshot("s")
+    with pytest.raises(LakeError, match="already exists"):
+        lake.snapshot("s")
+    lake.delete_snapshot("s")
+    assert [s.name for s in lake.snapshots()] == []
+    with pytest.raises(LakeError, match="never reused"):
+        lake.snapshot("s")
+    with pytest.raises(LakeError, match="no snapshot named"):
+        lake.sql("SELECT 1", snapshot="s")
+    with pytest.raises(LakeError, match="invalid"):
+        lake.snapshot(" padded ")
+
+
+def snapshot_results(lake: Lake) -> dict[str, pa.Table]:
+    return {s.name: lake.sql(ALL, snapshot=s.name) for s in lake.snapshots()}
+
+
+def test_compact_and_vacuum_keep_every_snapshot_and_deleting_one_releases_its_files(lake):
+    for i in range(4):
+        lake.append("trajectories", trajectory_rows(2, start=2 * i))
+        lake.snapshot(f"s{i}")
+    expected = snapshot_results(lake)
+    data_files = lambda: parquet_files(lake.uri("trajectories"))  # noqa: E731
+
+    lake.compact()
+    assert len(lake.files("trajectories")) == 1
+    removed = lake.vacuum(retention_hours=0)
+    assert removed["trajectories"] == []  # every old file is pinned by some snapshot
+    assert snapshot_results(lake) == expected
+    assert lake.sql(ALL).equals(expected["s3"])
+
+    assert len(data_files()) == 5  # four appends, one compacted file
+
+    for name in ["s0", "s1", "s2"]:
+        lake.delete_snapshot(name)
+    assert lake.vacuum(retention_hours=0)["trajectories"] == []  # s3 still pins all four appended files
+    lake.delete_snapshot("s3")
+    assert len(lake.vacuum(retention_hours=0)["trajectories"]) == 4
+    assert data_files() == set(lake.files("trajectories"))
+    assert lake.sql(ALL).equals(expected["s3"])
+
+
+def test_vacuum_removes_orphans_of_killed_writers_only_once_old_enough(lake):
+    lake.append("trajectories", trajectory_rows(2))
+    staged = lake.stage("trajectories", [trajectory_rows(2, start=2)])  # written, never committed: a killed writer
+    orphan = Path(lake.uri("trajectories")) / staged.actions[0].path
+    assert orphan.exists() and lake.count("trajectories") == 2
+    assert lake.vacuum()["trajectories"] == []  # younger than the default 24 h: could be a commit in flight
+    assert lake.vacuum(orphan_age_hours=0)["trajectories"] == [staged.actions[0].path]
+    assert not orphan.exists()
+    assert lake.count("trajectories") == 2
+
+
+def test_staged_rows_are_invisible_until_committed(lake):
+    staged = lake.stage("trajectories", [trajectory_rows(2), trajectory_rows(3, start=2)])
+    assert staged.num_rows == 5 and lake.count("trajectories") == 0
+    assert lake.commit(staged) == 1
+    assert lake.count("trajectories") == 5
+
+
+def test_append_many_conforms_everything_before_the_first_commit(lake):
+    with pytest.raises(Exception, match="unknown column"):
+        lake.append_many({"prompts": [{"prompt_id": "p", "task": "t", "prompt": "x"}],
+                          "trajectories": [{"bogus": 1}]})
+    assert lake.versions() == {t: 0 for t in table_names()}
+
+
+def test_history_lists_commits(lake):
+    lake.append("trajectories", trajectory_rows(1))
+    lake.append("trajectories", trajectory_rows(1, start=1))
+    history = lake.history("trajectories")
+    assert [h["version"] for h in history][:3] == [2, 1, 0]
+    assert history[0]["operation"] == "WRITE" and history[-1]["operation"] == "CREATE TABLE"
+
+
+def test_a_lake_in_a_path_with_spaces(tmp_path):
+    lake = Lake.init(tmp_path / "my lake")
+    lake.append("trajectories", trajectory_rows(2))
+    assert lake.sql(ALL).num_rows == 2
+    assert lake.read("trajectories").collect().height == 2
+    assert all(os.path.exists(f) for f in lake.files("trajectories"))
+    with pytest.raises(LakeError, match="cannot contain '%'"):  # delta-rs would decode it into another path
+        Lake.init(tmp_path / "50%20off")
+
+
+def test_tables_gain_columns_added_to_their_contract(lake):
+    runs = contract("runs")
+    old = pa.schema([f for f in runs.arrow_schema if f.name != "metrics"])
+    DeltaTable.create(lake.uri("runs"), old, mode="overwrite")  # as if written under an older contract
+    lake.append("runs", [{"run_id": "r", "kind": "sample", "status": "done", "metrics": '{"n": 1}'}])
+    assert "metrics" in [f.name for f in DeltaTable(lake.uri("runs")).schema().fields]
+    assert lake.sql("SELECT metrics FROM runs").to_pylist() == [{"metrics": '{"n": 1}'}]
+
+
+def test_lock_is_reentrant_within_a_process(lake):
+    with lake.lock():
+        with lake.lock():
+            lake.snapshot("inside")  # takes the lock again
+    assert [s.name for s in lake.snapshots()] == ["inside"]
+
+
+def test_a_uri_lake_goes_through_delta_rs_for_writes_and_reads(tmp_path):
+    lake = Lake.init((tmp_path / "remote").as_uri())  # file:// takes the object-store code path
+    lake.append("trajectories", trajectory_rows(2))
+    lake.snapshot("two")
+    lake.append("trajectories", trajectory_rows(1, start=2))
+    assert lake.sql(ALL, snapshot="two").num_rows == 2 and lake.sql(ALL).num_rows == 3
+    assert lake.read("trajectories", snapshot="two").collect().height == 2
+    lake.compact()
+    lake.vacuum()
+    assert lake.sql(ALL, snapshot="two").num_rows == 2
+    assert Lake.open((tmp_path / "remote").as_uri()).count("trajectories") == 3
