@@ -1,0 +1,271 @@
+"""Policy backends: the interface every sampler/scorer implements, and the transformers one.
+
+A backend samples responses (reporting the log-probs of the distribution it actually sampled from, i.e.
+after temperature and top-p) and scores given responses by teacher forcing. Conventions shared by all:
+
+- prompts are plain text; a tokenizer's chat template is applied when it has one;
+- a response's token_ids include the token that ended it (EOS, or the token completing a stop string), so
+  token_ids, logprobs and `score` line up one to one; `text` is decode(token_ids) without special tokens,
+  so it keeps a stop string that ended it;
+- results come back grouped by prompt: prompt 0's n samples, then prompt 1's, ...
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+from spo_lake.models.sampling import gather_token_log_probs, positions_from_mask, sampling_log_probs
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    prompt_index: int
+    token_ids: list[int]
+    logprobs: list[float]  # of each sampled token under the sampled-from (tempered, top-p) distribution
+    finish_reason: str  # "stop" (EOS or a stop string) | "length"
+    text: str
+
+
+class PolicyBackend(Protocol):
+    model_id: str
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """Token ids the model is conditioned on for this prompt text (chat template applied if any)."""
+
+    def tokenize_response(self, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
+        """(prompt ids, response ids) for a text-only trajectory, so it can be scored."""
+
+    def sample(
+        self,
+        prompts: Sequence[str],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 256,
+        stop: Sequence[str] | None = None,
+        seed: int = 0,
+    ) -> list[SampleResult]:
+        """n samples per prompt, len(prompts) * n results grouped by prompt."""
+
+    def score(
+        self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]], batch_size: int = 16
+    ) -> list[list[float]]:
+        """Per-response-token log-probs under the model (teacher forcing), one list per response."""
+
+
+def _prompt_text(tokenizer, prompt: str) -> tuple[str, bool]:
+    """(text to tokenize, whether the tokenizer should add its special tokens): the chat template when the
+    tokenizer has one (it brings its own special tokens), else the bare prompt."""
+    if getattr(tokenizer, "chat_template", None):
+        messages = [{"role": "user", "content": prompt}]
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), False
+    return prompt, True
+
+
+def encode_prompt(tokenizer, prompt: str) -> list[int]:
+    """Token ids a model is conditioned on for this prompt text."""
+    text, special = _prompt_text(tokenizer, prompt)
+    return tokenizer(text, add_special_tokens=special).input_ids
+
+
+def tokenize_response(tokenizer, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
+    """(prompt ids, response ids) of a text-only trajectory. Prompt+response are tokenized jointly (as a model
+    would have produced them) and split at the prompt; if the joint ids do not start with the prompt's ids
+    (a merge across the boundary), the response is tokenized alone. EOS ends the response, as it ends a
+    sampled one."""
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    text, special = _prompt_text(tokenizer, prompt)
+    joint = tokenizer(text + response, add_special_tokens=special).input_ids
+    if joint[: len(prompt_ids)] == prompt_ids:
+        response_ids = joint[len(prompt_ids) :]
+    else:
+        response_ids = tokenizer(response, add_special_tokens=False).input_ids
+    if add_eos and tokenizer.eos_token_id is not None:
+        response_ids = response_ids + [tokenizer.eos_token_id]
+    return prompt_ids, response_ids
+
+
+def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16'")
+    return getattr(torch, dtype)
+
+
+class TransformersPolicy:
+    """Any causal LM that transformers loads, on CPU or one GPU; own sampling loop over the KV cache."""
+
+    def __init__(self, model, tokenizer, model_id: str, batch_size: int = 64):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.batch_size = batch_size
+        self.device = next(model.parameters()).device
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if self.pad_id is None:
+            raise ValueError(f"tokenizer of {model_id} has neither a pad nor an eos token")
+
+    @classmethod
+    def from_pretrained(
+        cls, path_or_name: str, device: str = "cpu", dtype: str | torch.dtype = "float32", batch_size: int = 64
+    ) -> "TransformersPolicy":
+        """Load a local directory or a hub name with AutoModelForCausalLM / AutoTokenizer."""
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path_or_name)
+            model = AutoModelForCausalLM.from_pretrained(path_or_name, dtype=_resolve_dtype(dtype))
+        except OSError as exc:
+            raise ValueError(f"cannot load model {path_or_name!r}: {str(exc).splitlines()[0]}") from None
+        return cls(model.to(device), tokenizer, model_id=str(path_or_name), batch_size=batch_size)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        return encode_prompt(self.tokenizer, prompt)
+
+    def tokenize_response(self, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
+        return tokenize_response(self.tokenizer, prompt, response, add_eos)
+
+    # ------------------------------------------------------------------------------------- sampling
+
+    @torch.inference_mode()
+    def sample(
+        self,
+        prompts: Sequence[str],
+        n: int = 1,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 256,
+        stop: Sequence[str] | None = None,
+        seed: int = 0,
+    ) -> list[SampleResult]:
+        if temperature < 0 or not 0 < top_p <= 1 or n < 1 or max_new_tokens < 1:
+            raise ValueError(
+                f"bad sampling settings: n={n} temperature={temperature} top_p={top_p} max_new_tokens={max_new_tokens}"
+            )
+        encoded = [self.encode_prompt(p) for p in prompts]
+        jobs = [i for i in range(len(prompts)) for _ in range(n)]
+        starts = range(0, len(jobs), self.batch_size)
+        # One generator per batch, seeded up front: a batch's samples do not depend on how long earlier ones ran.
+        batch_seeds = torch.randint(2**62, (len(starts),), generator=torch.Generator().manual_seed(seed)).tolist()
+        results: list[SampleResult] = []
+        for start, batch_seed in zip(starts, batch_seeds):
+            chunk = jobs[start : start + self.batch_size]
+            generator = torch.Generator(device=self.device).manual_seed(batch_seed)
+            results += self._sample_batch(
+                chunk, [encoded[i] for i in chunk], temperature, top_p, max_new_tokens, list(stop or []), generator
+            )
+        return results
+
+    def _sample_batch(
+        self,
+        prompt_indices: list[int],
+        prompt_ids: list[list[int]],
+        temperature: float,
+        top_p: float,
+        max_new_tokens: int,
+        stop: list[str],
+        generator: torch.Generator,
+    ) -> list[SampleResult]:
+        """One left-padded batch through the KV cache, one token per step for every row."""
+        batch = len(prompt_ids)
+        width = max(len(p) for p in prompt_ids)
+        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((batch, width), dtype=torch.long)
+        for row, ids in enumerate(prompt_ids):
+            input_ids[row, width - len(ids) :] = torch.tensor(ids)
+            attention_mask[row, width - len(ids) :] = 1
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        positions = positions_from_mask(attention_mask)
+        cache = DynamicCache(config=self.model.config)
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+            past_key_values=cache, use_cache=True, logits_to_keep=1,
+        ).logits[:, -1]
+        tokens: list[list[int]] = [[] for _ in range(batch)]
+        logprobs: list[list[float]] = [[] for _ in range(batch)]
+        finish: list[str | None] = [None] * batch
+        eos = self.tokenizer.eos_token_id
+        for _ in range(max_new_tokens):
+            log_probs = sampling_log_probs(logits, temperature, top_p)
+            sampled = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+            chosen = log_probs.gather(-1, sampled.unsqueeze(-1)).squeeze(-1).tolist()
+            for row, token in enumerate(sampled.tolist()):
+                if finish[row] is not None:
+                    continue
+                tokens[row].append(token)
+                logprobs[row].append(chosen[row])
+                if token == eos or (stop and self._hits_stop(tokens[row], stop)):
+                    finish[row] = "stop"
+            if all(f is not None for f in finish):
+                break
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, 1))], dim=-1)
+            positions = positions[:, -1:] + 1
+            logits = self.model(
+                input_ids=sampled.unsqueeze(-1), attention_mask=attention_mask, position_ids=positions,
+                past_key_values=cache, use_cache=True,
+            ).logits[:, -1]
+        return [
+            SampleResult(
+                prompt_index=prompt_indices[row],
+                token_ids=tokens[row],
+                logprobs=logprobs[row],
+                finish_reason=finish[row] or "length",
+                text=self.tokenizer.decode(tokens[row], skip_special_tokens=True),
+            )
+            for row in range(batch)
+        ]
+
+    def _hits_stop(self, token_ids: list[int], stop: list[str]) -> bool:
+        # Only the tail can hold a stop string that the newest token completed.
+        tail = self.tokenizer.decode(token_ids[-max(len(s) for s in stop) - 1 :], skip_special_tokens=True)
+        return any(s in tail for s in stop)
+
+    # ------------------------------------------------------------------------------------- scoring
+
+    @torch.inference_mode()
+    def score(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        response_ids: Sequence[Sequence[int]],
+        batch_size: int = 16,
+        padding_side: str = "right",
+    ) -> list[list[float]]:
+        """Per-token log-probs of each response given its prompt, by teacher forcing in padded batches.
+
+        Position ids count real tokens only and padding is masked, so a sequence's log-probs do not depend
+        on the other sequences in its batch nor on the padding side."""
+        if len(prompt_ids) != len(response_ids):
+            raise ValueError(f"score: {len(prompt_ids)} prompts but {len(response_ids)} responses")
+        if any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("score: every prompt needs at least one token (e.g. BOS) to condition the response on")
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
+        out: list[list[float]] = []
+        for start in range(0, len(prompt_ids), batch_size):
+            pairs = list(zip(prompt_ids[start : start + batch_size], response_ids[start : start + batch_size]))
+            out += self._score_batch([list(p) for p, _ in pairs], [list(r) for _, r in pairs], padding_side)
+        return out
+
+    def _score_batch(
+        self, prompts: list[list[int]], responses: list[list[int]], padding_side: str
+    ) -> list[list[float]]:
+        lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+        width = max(lengths)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        offsets = [0 if padding_side == "right" else width - n for n in lengths]
+        for row, (p, r) in enumerate(zip(prompts, responses)):
+            input_ids[row, offsets[row] : offsets[row] + lengths[row]] = torch.tensor(p + r)
+            attention_mask[row, offsets[row] : offsets[row] + lengths[row]] = 1
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        logits = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions_from_mask(attention_mask)
+        ).logits
+        scores = []
+        for row, (p, r) in enumerate(zip(prompts, responses)):
+            first = offsets[row] + len(p)  # logits at t predict token t+1
+            targets = input_ids[row, first : first + len(r)]
+            scores.append(gather_token_log_probs(logits[row, first - 1 : first - 1 + len(r)], targets).tolist())
+        return scores
