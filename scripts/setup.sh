@@ -11,5 +11,7 @@ if ! command -v bwrap >/dev/null 2>&1; then
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 # CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
-.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/pip install -q --disable-pip-version-check torch==2.13.0
-.venv/bin/pip install -q --disable-pip-version-check -e '.[test]' 2> >(grep -v "is ignored: it is neither" >&2)
+# (pip warns about every empty local index entry on this kind of machine; those lines are noise)
+quiet_pip() { .venv/bin/pip install -q --disable-pip-version-check "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
+.venv/bin/python -c "import torch" 2>/dev/null || quiet_pip torch==2.13.0
+quiet_pip -e '.[test]'
