@@ -151,6 +151,12 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
 def run_demo(out: Path, *, quick: bool = False, seed: int = 0, log=print) -> dict[str, Any]:
     from spo_lake.demo.report import write_report
 
+    import torch
+
+    # The tiny model's matrices are too small for intra-op threads to pay off, and spinning threads stall badly
+    # on a busy machine: one thread here and in every training child.
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
     scale = QUICK if quick else FULL
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)

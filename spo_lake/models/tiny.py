@@ -44,14 +44,14 @@ class TinyConfig:
 
     seed: int = 0
     style: str = "direct"  # "direct" or "cot"
-    steps: int = 1000
-    batch_size: int = 64
-    lr: float = 3e-3
-    warmup_steps: int = 50
+    steps: int = 2000
+    batch_size: int = 32
+    lr: float = 2e-3
+    warmup_steps: int = 100
     weight_decay: float = 0.01
     n_problems: int = 4000
     answers_per_problem: int = 4
-    near_miss_fraction: float = 0.15
+    near_miss_fraction: float = 0.1
     hidden_size: int = 128
     intermediate_size: int = 384
     num_layers: int = 4

@@ -31,6 +31,7 @@ MAX_ANSWER_CHARS = 200  # longer answers cannot be honest 4-number expressions; 
 TOLERANCE = 1e-6  # float division, e.g. 7/3*3 == 7.000000000000001
 NUMBER_RANGE = (1, 20)
 TARGET_RANGE = (10, 100)
+SOLUTION_CAP = 100  # solver solutions counted per problem (metadata n_solutions is capped here)
 
 _OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
@@ -136,7 +137,7 @@ def reachable(numbers: Sequence[int]) -> set[int]:
     return set().union(*(_values(key, mask) for mask in range(1, 1 << len(key))))
 
 
-def solve(numbers: Sequence[int], target: int, cap: int = 100) -> list[str]:
+def solve(numbers: Sequence[int], target: int, cap: int = SOLUTION_CAP) -> list[str]:
     """Distinct expressions (up to `cap`, shortest first) over numbers (each at most once) equal to target."""
     key, goal = tuple(numbers), int(target)
     found: set[str] = set()
@@ -172,7 +173,7 @@ def make_problems(n: int, seed: int, solutions_per_prompt: int = 3) -> tuple[lis
     prompts, trajectories = [], []
     for i in range(n):
         numbers, target = draw_problem(rng)
-        solutions = solve(numbers, target)
+        solutions = solve(numbers, target, cap=SOLUTION_CAP)
         prompt_id = f"countdown/{seed}/{i}"
         prompts.append(
             {
