@@ -85,7 +85,7 @@ def run_config(name: str, method: dict[str, Any], out: Path, scale: DemoScale, s
     pi0 = str(out / "models" / "pi0")
     return {
         "model": pi0, "reference": pi0, "snapshot": f"demo-{seed}", "steps": scale.train_steps,
-        "lr": 3e-4, "warmup_steps": 2, "model_update_interval": 2, "max_new_tokens": 48,
+        "lr": 1e-4, "warmup_steps": 2, "model_update_interval": 2, "max_new_tokens": 48,
         "prompts_where": f"p.prompt_id LIKE 'countdown/{seed}/%'",
         "eval_every": scale.eval_every, "eval_where": f"p.prompt_id LIKE 'countdown/{1000 + seed}/%'",
         "eval_max_prompts": scale.eval_max_prompts, "eval_n": 20, "eval_k": [1, 10],

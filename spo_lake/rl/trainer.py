@@ -225,9 +225,11 @@ class Trainer:
             self._batch_stats(batch, stats)
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, c.max_grad_norm)
-        self.optimizer.step()
+        finite = bool(torch.isfinite(grad_norm))
+        if finite:  # a non-finite gradient would turn every weight into NaN: skip the update, keep the schedule
+            self.optimizer.step()
         self.scheduler.step()
-        return {"loss": total_loss, **stats.means(), "grad_norm": float(grad_norm),
+        return {"loss": total_loss, **stats.means(), "grad_norm": float(grad_norm), "skipped_nonfinite": int(not finite),
                 "lr": self.scheduler.get_last_lr()[0], "tokens": tokens}
 
     def _spo_loss(self, policy_lp: torch.Tensor, ref_lp: torch.Tensor, batch: Batch, stats: Stats) -> torch.Tensor:

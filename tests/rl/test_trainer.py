@@ -156,3 +156,20 @@ def test_ppo_trains_on_its_online_rollouts_with_a_value_model(lake, tiny_model_d
         "source").to_pylist() == ["ppo"]
     (checkpoint,) = checkpoint_dirs(trainer.run_dir)
     assert (checkpoint / "value_model.pt").exists()
+
+
+
+def test_a_non_finite_gradient_skips_the_update_instead_of_poisoning_the_weights(lake, policy, tiny_model_dir, tmp_path):
+    trainer = Trainer(load_config(None, config_lines(str(tiny_model_dir), tmp_path, write_back=False)), lake,
+                      show_progress=False)
+    settings = StreamSettings(policy.model_id, BETA, seed=0, max_response_tokens=64)
+    examples = LakeStream(lake, "base", StreamConfig("human", "lake", 1.0, where="source = 'human'"), 0, settings,
+                          policy).take(4)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    poisoned = [type(e)(**{**vars(e), "reward": float("nan")}) for e in examples]
+    diagnostics = trainer.update(poisoned)
+    assert diagnostics["skipped_nonfinite"] == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert trainer.update(examples)["skipped_nonfinite"] == 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    trainer.close()
