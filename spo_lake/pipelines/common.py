@@ -6,10 +6,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from spo_lake.lake import Lake, Snapshot
+from spo_lake.lake import Lake
 
 # Commit order inside one flush: facts that reference trajectories first, trajectories last, so a crash between
 # commits never leaves a visible trajectory without its facts (and a retry re-uses the orphans it left).
@@ -27,14 +26,6 @@ def new_run_id(kind: str) -> str:
 
 def where_clause(where: str | None) -> str:
     return f"WHERE ({where})" if where else ""
-
-
-def select_trajectories(lake: Lake, where: str | None = None, snapshot: str | Snapshot | None = None,
-                        columns: str = "*") -> pa.Table:
-    """Trajectories joined with their prompt (columns task, prompt, tests, ...). `where` may use both tables'
-    columns; qualify shared names as t.created_at / p.created_at."""
-    return lake.sql(f"SELECT {columns} FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) ORDER BY trajectory_id",
-                    snapshot)
 
 
 @dataclass
