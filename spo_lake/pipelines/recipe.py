@@ -13,7 +13,6 @@ after a crash continues where it stopped; the run records, per step, its summary
 """
 from __future__ import annotations
 
-import json
 import re
 import time
 import tomllib
@@ -22,7 +21,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from spo_lake.lake import Lake
-from spo_lake.pipelines.common import new_run_id
 from spo_lake.tasks import SandboxOptions
 
 SANDBOX_KEYS = ("timeout_s", "memory_mb", "sandbox")
@@ -179,13 +177,13 @@ def _substitute(value: Any, variables: dict[str, Any]) -> Any:
 def run_recipe(recipe: Recipe, lake: Lake, *, show_progress: bool = True,
                log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run every step in order; returns (and records in `runs`) what each produced."""
+    from spo_lake.pipelines.sample import recorded_run
+
     ctx = Context(lake, recipe.path.parent.resolve(), show_progress=show_progress)
-    run_id = new_run_id("pipeline")
     done: list[dict[str, Any]] = []
     config = {"recipe": str(recipe.path), "vars": recipe.vars, "steps": recipe.steps}
-    lake.append("runs", [{"run_id": run_id, "kind": "pipeline", "status": "running", "config": json.dumps(config, default=str)}])
-    status = "failed"
-    try:
+    with recorded_run(lake, "pipeline", config) as run:
+        run.metrics["steps"] = done  # filled as steps finish, so a failed run records how far it got
         for i, step in enumerate(recipe.steps):
             params = {k: v for k, v in step.items() if k != "run"}
             log(f"[{i + 1}/{len(recipe.steps)}] {step['run']}")
@@ -194,8 +192,4 @@ def run_recipe(recipe: Recipe, lake: Lake, *, show_progress: bool = True,
             done.append({"step": step["run"], "summary": summary, "seconds": round(time.perf_counter() - started, 2),
                          "versions": lake.versions()})
             log(f"    {summary}")
-        status = "finished"
-    finally:
-        lake.append("runs", [{"run_id": run_id, "kind": "pipeline", "status": status,
-                              "config": json.dumps(config, default=str), "metrics": json.dumps({"steps": done})}])
     return done
