@@ -17,10 +17,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spo_lake.ingest.ids import response_digests, trajectory_ids
+from spo_lake.ingest.ids import adopt_unattributed, response_digests, trajectory_ids
 from spo_lake.ingest.readers import IngestError, Located, is_parquet, read_hf, read_parquet, read_records
-from spo_lake.ingest.records import Batch, from_arrow, from_records, rename
+from spo_lake.ingest.records import Batch, rename
 from spo_lake.ingest.rules import validate_prompts, validate_trajectories
+from spo_lake.ingest.shapes import ExtraFields, RewardMap, Shaping, formatted_prompt, shaped_batch, typed_batch
 from spo_lake.lake import Lake, Staged
 
 
@@ -38,17 +39,17 @@ class IngestReport:
 
 
 def load_batch(path: str, fields: dict[str, str], what: str, mapping: dict[str, str] | None = None,
-               hf_split: str | None = None) -> Batch:
-    """Read and type-check an input: Parquet and Hugging Face datasets as typed Arrow, the rest record by record."""
-    mapping = mapping or {}
-    inverse = {src: dst for dst, src in mapping.items()}
+               hf_split: str | None = None, extra: ExtraFields = ExtraFields.metadata,
+               reward_map: RewardMap | None = None) -> Batch:
+    """Read, reshape (`shapes.py`) and type-check an input: Parquet and datasets as typed Arrow, the rest by record."""
+    shaping = Shaping(fields, what, extra, reward_map)
     if hf_split is not None or is_parquet(path):
         table = read_hf(path, hf_split) if hf_split is not None else read_parquet(Path(path))
         origin = f"{path}[{hf_split}]" if hf_split is not None else path
         if table.num_rows == 0:
             raise IngestError(f"{origin}: no records")
-        return from_arrow(table.rename_columns([inverse.get(c, c) for c in table.column_names]), fields, origin, what)
-    return from_records(rename(read_records(path), mapping), fields, what)
+        return typed_batch(table, origin, shaping, mapping)
+    return shaped_batch(rename(read_records(path), mapping or {}), shaping)
 
 
 def located(records: Iterable[dict[str, Any]], origin: str) -> list[Located]:
@@ -113,7 +114,7 @@ def ingest_trajectories(lake: Lake, batch: Batch, *, source: str | None = None, 
     batch = Batch(t, batch.where)
     validate_trajectories(batch)
     hashes, exact = response_digests(t.column("response"))
-    ids = trajectory_ids(t, exact)
+    ids = adopt_unattributed(lake.read("trajectories"), t, trajectory_ids(t, exact), hashes)
     if t.column("trajectory_id").null_count < t.num_rows:  # derived ids never repeat; given ones might
         _check_unique_ids(batch, ids)
     # Plan and write optimistically, outside the lake lock, so concurrent ingests overlap their heavy work; under
@@ -216,8 +217,11 @@ def _prompts_to_create(lake: Lake, batch: Batch, task: str | None) -> pa.Table:
     for field in ("prompt", "task") if existing else ():  # a row restating a known prompt must agree with the lake
         lake_value = pl.col("prompt_id").replace_strict({k: v[field] for k, v in existing.items()}, default=None,
                                                         return_dtype=pl.String)
-        clash = frame.filter(pl.col("prompt_id").is_in(known) & pl.col(field).is_not_null()
-                             & (pl.col(field) != lake_value)).head(1)
+        differs = pl.col(field) != lake_value
+        if field == "prompt":  # exports restate a prompt as the model sees it: the task's format of it
+            shown = {k: formatted_prompt(v) for k, v in existing.items()}
+            differs &= pl.col(field) != pl.col("prompt_id").replace_strict(shown, default=None, return_dtype=pl.String)
+        clash = frame.filter(pl.col("prompt_id").is_in(known) & pl.col(field).is_not_null() & differs).head(1)
         if clash.height:
             i, pid = clash["row"][0], clash["prompt_id"][0]
             raise IngestError(f"{batch.where(i)}: field {field!r}: differs from prompt {pid!r} in the lake")

@@ -13,6 +13,7 @@ import hashlib
 from collections import Counter
 
 import duckdb
+import polars as pl
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -144,3 +145,34 @@ def trajectory_ids(t: pa.Table, exact_hashes: pa.Array) -> pa.Array:
                 ids[row] = hashlib.md5(f"{first}#{k}".encode()).hexdigest()
         derived = pa.array(ids, pa.string())
     return pc.if_else(pc.is_valid(given), given, derived)
+
+
+def adopt_unattributed(existing: pl.LazyFrame, t: pa.Table, ids: pa.Array, hashes: pa.Array) -> pa.Array:
+    """Rows that name neither a model nor a trajectory_id take the id of a lake trajectory with the same prompt,
+    source, run and exact response, whatever its model (the k-th such row the k-th such trajectory by id).
+
+    So a file ingested once with --model and again without it is recognised ("0 new, N already present") instead
+    of landing twice. `existing` is the trajectories table; `hashes` the normalised response hashes of `t`.
+    """
+    loose = pc.and_(pc.is_null(t.column("model")), pc.is_null(t.column("trajectory_id")))
+    if not pc.any(loose).as_py():
+        return ids
+    keys = ["prompt_id", "source", "run_id", "response_hash"]
+    rows = (pl.from_arrow(t.select(["prompt_id", "source", "run_id", "response"]))
+            .rename({"response": "response_text"})
+            .with_columns(response_hash=pl.from_arrow(hashes), row=pl.int_range(pl.len()))
+            .filter(pl.from_arrow(loose.combine_chunks() if isinstance(loose, pa.ChunkedArray) else loose)))
+    found = (existing.filter(pl.col("model_id").is_not_null())
+             .select("trajectory_id", *keys, "response_text")
+             .join(rows.lazy().select(keys).unique(), on=keys, how="semi", nulls_equal=True)
+             .collect())
+    if found.is_empty():
+        return ids
+    same = [*keys, "response_text"]
+    rank = pl.int_range(pl.len()).over(same)
+    matched = (rows.sort("row").with_columns(k=rank)
+               .join(found.sort("trajectory_id").with_columns(k=rank), on=[*same, "k"], nulls_equal=True))
+    out = ids.to_pylist()
+    for row, tid in matched.select("row", "trajectory_id").iter_rows():
+        out[row] = tid
+    return pa.array(out, pa.string())

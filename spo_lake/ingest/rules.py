@@ -123,12 +123,22 @@ def _arrow_says_objects(values: pa.ChunkedArray) -> bool:
     return parsed.num_rows == len(values)  # blank values or two objects on one line change the count
 
 
+def require_lake_rewards(batch: Batch) -> None:
+    """The lake's reward contract: 0 for a pass, -1 otherwise. Other conventions need an explicit map."""
+    col = batch.table.column("reward")
+    i = _first(pc.and_(pc.is_valid(col), pc.invert(pc.is_in(col, pa.array([0.0, -1.0])))))
+    if i is not None:
+        raise IngestError(f"{batch.where(i)}: field 'reward': value {col[i].as_py()!r} is not 0 (pass) or -1 (fail); "
+                          "map another convention with --reward-map 1=0,0=-1 (or --reward-map binary)")
+
+
 # ---- the rules of each record kind ------------------------------------------------------------------------------
 def validate_trajectories(batch: Batch) -> None:
     t = batch.table
     require(batch, (*TRAJECTORY_REQUIRED, "source"))
     require_in(batch, "source", SOURCES)
     require_finite(batch, "reward")
+    require_lake_rewards(batch)
     require_finite(batch, "temperature", 0.0)
     require_finite(batch, "top_p", 0.0, 1.0)
     require_finite(batch, "logprobs", hi=LOGPROB_MAX)
