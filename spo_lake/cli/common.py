@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
+from enum import Enum
 from typing import Any, Callable
 
 import typer
@@ -17,13 +19,14 @@ DEFAULT_LAKE = "./lake"
 
 class State:
     lake_path: str = os.environ.get("SPOLAKE_LAKE", DEFAULT_LAKE)
+    storage_options: dict[str, str] | None = None
 
 
 STATE = State()
 
 
 def open_lake(create: bool = False) -> Lake:
-    return Lake.open(STATE.lake_path, create=create)
+    return Lake.open(STATE.lake_path, storage_options=STATE.storage_options, create=create)
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -50,11 +53,29 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def parse_map(pairs: list[str] | None) -> dict[str, str]:
+def parse_pairs(pairs: list[str] | None, option: str, shape: str) -> dict[str, str]:
+    """`KEY=VALUE` items of a repeatable option as a dict (the last one of a key wins)."""
     out = {}
     for p in pairs or []:
-        if "=" not in p:
-            raise ValueError(f"--map expects dst=src, got {p!r}")
-        dst, src = p.split("=", 1)
-        out[dst.strip()] = src.strip()
+        if "=" not in p or not p.split("=", 1)[0].strip():
+            raise ValueError(f"{option} expects {shape}, got {p!r}")
+        key, value = p.split("=", 1)
+        out[key.strip()] = value.strip()
     return out
+
+
+def parse_map(pairs: list[str] | None) -> dict[str, str]:
+    return parse_pairs(pairs, "--map", "dst=src")
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+FORMAT_OPTION = typer.Option(OutputFormat.table, "--format", help="table (for people) or json (one object on stdout)")
+
+
+def emit_json(data: Any) -> None:
+    """A verb's result as one JSON document on stdout (what `--format json` prints)."""
+    sys.stdout.write(json.dumps(data, default=str, ensure_ascii=False) + "\n")

@@ -6,11 +6,13 @@ from typing import Optional
 
 import typer
 
-from spo_lake.cli.common import console, open_lake, parse_map, user_errors
+from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json, open_lake, parse_map, user_errors
 from spo_lake.ingest import (
     PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, from_records, ingest_trajectories, load_batch, located,
 )
+from spo_lake.ingest.core import IngestReport
 from spo_lake.ingest.records import SOURCES
+from spo_lake.ingest.shapes import REWARD_CONVENTIONS, TRAJECTORY_FIELD_DOCS, ExtraFields, RewardMap
 
 prompts_app = typer.Typer(help="Problems: add from files or built-in dataset loaders.")
 
@@ -21,6 +23,11 @@ DATASETS = {
     "codecontests": "spo_lake.tasks.codecontests",
     "taco": "spo_lake.tasks.taco",
 }
+
+INGEST_HELP = ("Ingest trajectory records; validates everything before one commit; re-ingest is a no-op.\n\n"
+               "Fields (one record per line of JSONL, a row of Parquet/CSV/a dataset; example: examples/samples.jsonl):"
+               "\n\n" + "\n".join(f"  {name}: {doc}" for name, doc in TRAJECTORY_FIELD_DOCS.items()))
+EXTRA_HELP = "unknown input fields: metadata (keep them there), drop, or error"
 
 
 def ingest_dataset(lake, name: str, path: str | None, **kwargs) -> tuple:
@@ -36,8 +43,13 @@ def ingest_dataset(lake, name: str, path: str | None, **kwargs) -> tuple:
     return p, t
 
 
+def report_json(path: str, report: IngestReport) -> dict:
+    return {"path": path, "new": report.new, "present": report.present, "prompts_new": report.prompts_new,
+            "evaluations_new": report.evaluations_new}
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(help=INGEST_HELP)
     @user_errors
     def ingest(path: str = typer.Argument(..., help="JSONL(.gz), Parquet, CSV file, or a dataset with --hf"),
                source: str = typer.Option("import", help=f"one of: {', '.join(SOURCES)}"),
@@ -46,17 +58,25 @@ def register(app: typer.Typer) -> None:
                model: Optional[str] = typer.Option(None, help="model id for rows without 'model'"),
                run_id: Optional[str] = typer.Option(None, help="run id for rows without 'run_id'"),
                tokenizer: Optional[str] = typer.Option(None, help="tokenizer id for rows without 'tokenizer'"),
+               reward_map: Optional[str] = typer.Option(
+                   None, help="map input rewards to the lake's 0 (pass) / -1 (fail): input=lake pairs such as "
+                              f"1=0,0=-1, or a convention: {', '.join(f'{k} ({v})' for k, v in REWARD_CONVENTIONS.items())}"),
+               extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
                hf: bool = typer.Option(False, "--hf", help="PATH is a Hugging Face dataset name or save_to_disk dir"),
-               split: str = typer.Option("train", help="dataset split with --hf")) -> None:
-        """Ingest trajectory records; validates everything before one commit; re-ingest is a no-op."""
+               split: str = typer.Option("train", help="dataset split with --hf"),
+               format: OutputFormat = FORMAT_OPTION) -> None:
         if source not in SOURCES:
             raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
+        rewards = RewardMap.parse(reward_map) if reward_map else None
         with console.status(f"reading and validating {path}"):
-            batch = load_batch(path, TRAJECTORY_FIELDS, "trajectories", parse_map(map), split if hf else None)
+            batch = load_batch(path, TRAJECTORY_FIELDS, "trajectories", parse_map(map), split if hf else None,
+                               extra, rewards)
         lake = open_lake(create=True)
         with console.status(f"checking and writing {batch.table.num_rows} rows"):
             report = ingest_trajectories(lake, batch, source=source, task=task,
                                          defaults={"model": model, "run_id": run_id, "tokenizer": tokenizer})
+        if format is OutputFormat.json:
+            emit_json(report_json(path, report))
         console.print(f"{path}: {report.summary()}")
 
     @prompts_app.command("add")
@@ -66,18 +86,24 @@ def register(app: typer.Typer) -> None:
                     n: Optional[int] = typer.Option(None, help="countdown: number of problems"),
                     seed: Optional[int] = typer.Option(None, help="countdown: generator seed"),
                     limit: Optional[int] = typer.Option(None, help="load at most this many problems"),
-                    map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src")) -> None:
+                    map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src"),
+                    extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
+                    format: OutputFormat = FORMAT_OPTION) -> None:
         """Add problems (with tests) from a file, or a dataset with its human solutions."""
         if dataset:
             with console.status(f"loading {dataset}"):
                 p, t = ingest_dataset(open_lake(create=True), dataset, path, n=n, seed=seed, limit=limit)
+            if format is OutputFormat.json:
+                emit_json({"dataset": dataset, "prompts": report_json(path, p), "solutions": report_json(path, t)})
             console.print(f"{dataset}: prompts {p.summary()}; human solutions {t.summary()}")
             return
         if path is None:
             raise ValueError("give a prompt records FILE or --dataset NAME")
         with console.status(f"reading and validating {path}"):
-            batch = load_batch(path, PROMPT_FIELDS, "prompts", parse_map(map))
+            batch = load_batch(path, PROMPT_FIELDS, "prompts", parse_map(map), extra=extra)
             report = add_prompts(open_lake(create=True), batch)
+        if format is OutputFormat.json:
+            emit_json(report_json(path, report))
         console.print(f"{path}: {report.summary()}")
 
     app.add_typer(prompts_app, name="prompts")

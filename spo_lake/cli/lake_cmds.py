@@ -1,4 +1,4 @@
-"""Lake verbs: init, sql, snapshot, history, stats, compact, vacuum, export."""
+"""Lake verbs: init, sql, snapshot, history, stats, compact, vacuum."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ import pyarrow as pa
 import typer
 from rich.table import Table
 
-from spo_lake.cli.common import STATE, console, open_lake, user_errors
+from spo_lake.cli.common import FORMAT_OPTION, STATE, OutputFormat, console, emit_json, open_lake, user_errors
 from spo_lake.lake import Lake, table_names
 
 snapshot_app = typer.Typer(help="Named, immutable pins of every table's version.")
@@ -23,12 +23,6 @@ class SqlFormat(str, Enum):
     csv = "csv"
     json = "json"
     parquet = "parquet"
-
-
-class ExportFormat(str, Enum):
-    parquet = "parquet"
-    jsonl = "jsonl"
-    hf = "hf"
 
 
 def _iso_ms(ms: int | None) -> str | None:
@@ -84,6 +78,10 @@ def write_arrow(t: pa.Table, fmt: str, out: Path | None) -> None:
         raise ValueError(f"unknown format {fmt!r}")
 
 
+def _snapshot_json(snap) -> dict:
+    return {"name": snap.name, "created_at": str(snap.created_at), "note": snap.note, "versions": snap.versions}
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
@@ -103,15 +101,22 @@ def register(app: typer.Typer) -> None:
 
     @snapshot_app.command("create")
     @user_errors
-    def snapshot_create(name: str, note: Optional[str] = typer.Option(None)) -> None:
+    def snapshot_create(name: str, note: Optional[str] = typer.Option(None),
+                        format: OutputFormat = FORMAT_OPTION) -> None:
         """Pin the current version of every table under NAME."""
         snap = open_lake().snapshot(name, note=note)
+        if format is OutputFormat.json:
+            emit_json(_snapshot_json(snap))
         console.print(f"snapshot {snap.name}: " + ", ".join(f"{t}@{v}" for t, v in snap.versions.items()))
 
     @snapshot_app.command("list")
     @user_errors
-    def snapshot_list() -> None:
+    def snapshot_list(format: OutputFormat = FORMAT_OPTION) -> None:
+        """Every snapshot with its note and table versions."""
         snaps = open_lake().snapshots()
+        if format is OutputFormat.json:
+            emit_json([_snapshot_json(s) for s in snaps])
+            return
         write_arrow(pa.Table.from_pylist([{"name": s.name, "created_at": str(s.created_at), "note": s.note,
                                            "versions": json.dumps(s.versions)} for s in snaps],
                                          schema=pa.schema([("name", pa.string()), ("created_at", pa.string()),
@@ -120,48 +125,69 @@ def register(app: typer.Typer) -> None:
 
     @snapshot_app.command("show")
     @user_errors
-    def snapshot_show(name: str) -> None:
+    def snapshot_show(name: str, format: OutputFormat = FORMAT_OPTION) -> None:
+        """Each table's Delta version and rows at the snapshot; with --format json also its path, so any Delta
+        reader (polars, daft, Ray Data, DuckDB, Spark) can read the snapshot without spo-lake."""
         lake = open_lake()
         snap = lake.get_snapshot(name)
+        if format is OutputFormat.json:
+            tables = {t: {"path": lake.uri(t), "version": v, "rows": lake.count(t, snap)}
+                      for t, v in lake.resolve(snap).items()}
+            emit_json(_snapshot_json(snap) | {"lake": lake.root, "tables": tables})
+            return
         rows = [{"table": t, "version": v, "rows": lake.count(t, snap)} for t, v in snap.versions.items()]
         show_table(pa.Table.from_pylist(rows), title=f"snapshot {name} ({snap.created_at}) {snap.note or ''}")
 
     @snapshot_app.command("delete")
     @user_errors
-    def snapshot_delete(name: str) -> None:
+    def snapshot_delete(name: str, format: OutputFormat = FORMAT_OPTION) -> None:
         """Delete a snapshot; its files are released to the next vacuum."""
         open_lake().delete_snapshot(name)
+        if format is OutputFormat.json:
+            emit_json({"deleted": name})
         console.print(f"deleted snapshot {name}")
 
     app.add_typer(snapshot_app, name="snapshot")
 
     @app.command()
     @user_errors
-    def history(table: Optional[str] = typer.Argument(None)) -> None:
+    def history(table: Optional[str] = typer.Argument(None), format: OutputFormat = FORMAT_OPTION) -> None:
         """Delta commit history of one table (or every table's current version)."""
         lake = open_lake()
         if table is None:
-            show_table(pa.Table.from_pylist([{"table": t, "version": v} for t, v in lake.versions().items()]))
+            rows = [{"table": t, "version": v} for t, v in lake.versions().items()]
+            emit_json(rows) if format is OutputFormat.json else show_table(pa.Table.from_pylist(rows))
             return
         rows = [{"version": h.get("version"), "timestamp": _iso_ms(h.get("timestamp")), "operation": h.get("operation"),
-                 "metrics": json.dumps(h.get("operationMetrics", {}))} for h in lake.history(table)]
-        show_table(pa.Table.from_pylist(rows), title=table)
+                 "metrics": h.get("operationMetrics", {})} for h in lake.history(table)]
+        if format is OutputFormat.json:
+            emit_json(rows)
+            return
+        show_table(pa.Table.from_pylist([r | {"metrics": json.dumps(r["metrics"])} for r in rows]), title=table)
 
     @app.command()
     @user_errors
-    def stats(snapshot: Optional[str] = typer.Option(None)) -> None:
+    def stats(snapshot: Optional[str] = typer.Option(None), format: OutputFormat = FORMAT_OPTION) -> None:
         """Rows by table, trajectories by source, and by prompt."""
         lake = open_lake()
-        show_table(pa.Table.from_pylist([{"table": t, "rows": lake.count(t, snapshot)} for t in table_names()]), "rows by table")
-        show_table(lake.sql("""SELECT t.source, count(*) AS trajectories, count(DISTINCT t.prompt_id) AS prompts,
-                                      avg(CASE WHEN e.passed THEN 1.0 ELSE 0.0 END) FILTER (WHERE e.passed IS NOT NULL) AS pass_rate
-                               FROM trajectories t LEFT JOIN (SELECT trajectory_id, bool_and(passed) AS passed
-                                                            FROM evaluations GROUP BY 1) e USING (trajectory_id)
-                               GROUP BY 1 ORDER BY 2 DESC""", snapshot), "trajectories by source")
-        show_table(lake.sql("""SELECT p.task, count(DISTINCT p.prompt_id) AS prompts, count(t.trajectory_id) AS trajectories,
-                                      count(t.trajectory_id) / greatest(count(DISTINCT p.prompt_id), 1) AS per_prompt
-                               FROM prompts p LEFT JOIN trajectories t USING (prompt_id) GROUP BY 1 ORDER BY 1""",
-                            snapshot), "by prompt (per task)")
+        sections = {  # JSON key -> (title, rows)
+            "tables": ("rows by table", pa.Table.from_pylist([{"table": t, "rows": lake.count(t, snapshot)} for t in table_names()])),
+            "sources": ("trajectories by source", lake.sql("""
+                SELECT t.source, count(*) AS trajectories, count(DISTINCT t.prompt_id) AS prompts,
+                       avg(CASE WHEN e.passed THEN 1.0 ELSE 0.0 END) FILTER (WHERE e.passed IS NOT NULL) AS pass_rate
+                FROM trajectories t LEFT JOIN (SELECT trajectory_id, bool_and(passed) AS passed
+                                               FROM evaluations GROUP BY 1) e USING (trajectory_id)
+                GROUP BY 1 ORDER BY 2 DESC""", snapshot)),
+            "tasks": ("by prompt (per task)", lake.sql("""
+                SELECT p.task, count(DISTINCT p.prompt_id) AS prompts, count(t.trajectory_id) AS trajectories,
+                       count(t.trajectory_id) / greatest(count(DISTINCT p.prompt_id), 1) AS per_prompt
+                FROM prompts p LEFT JOIN trajectories t USING (prompt_id) GROUP BY 1 ORDER BY 1""", snapshot)),
+        }
+        if format is OutputFormat.json:
+            emit_json({key: rows.to_pylist() for key, (_, rows) in sections.items()})
+            return
+        for title, rows in sections.values():
+            show_table(rows, title)
 
     @app.command()
     @user_errors
@@ -183,20 +209,3 @@ def register(app: typer.Typer) -> None:
             res = open_lake().vacuum(retention_hours=retention_hours, dry_run=dry_run,
                                      orphan_age_hours=orphan_age_hours)
         console.print(f"{'would delete' if dry_run else 'deleted'} {sum(map(len, res.values()))} files")
-
-    @app.command()
-    @user_errors
-    def export(snapshot: str = typer.Option(..., help="snapshot to read"),
-               query: str = typer.Option(..., help="SQL selecting the rows"),
-               format: ExportFormat = typer.Option(ExportFormat.parquet, "--format"),
-               out: Path = typer.Option(..., help="output path")) -> None:
-        """Export a SQL selection at a snapshot as Parquet, JSONL or a `datasets` dataset (save_to_disk)."""
-        with console.status("exporting"):
-            t = open_lake().sql(query, snapshot=snapshot)
-            if format is ExportFormat.hf:
-                import datasets
-
-                datasets.Dataset(t).save_to_disk(str(out))
-            else:
-                write_arrow(t, format.value, out)
-        console.print(f"exported {t.num_rows} rows to {out}")

@@ -139,7 +139,6 @@ BAD = [  # (id, file name, writer, location, field)
     ("invalid-utf8", "t.jsonl", lambda p: p.write_bytes(b'{"prompt_id": "p1", "response": "\xff\xfe"}\n'),
      "line 1", "response"),
     ("unknown-source", "t.jsonl", text(jsonl([row(source="martian")])), "line 1", "source"),
-    ("unknown-field", "t.jsonl", text(jsonl([row(colour="red")])), "line 1", "colour"),
     ("metadata-not-object", "t.jsonl", text(jsonl([row(metadata=[1, 2])])), "line 1", "metadata"),
     ("duplicate-key", "t.jsonl", text('{"prompt_id": "p1", "response": "a", "response": "b"}\n'), "line 1", "response"),
     ("negative-temperature", "t.jsonl", text(jsonl([row(temperature=-0.5)])), "line 1", "temperature"),
