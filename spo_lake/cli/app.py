@@ -10,7 +10,7 @@ from typing import NoReturn, Optional
 import typer
 
 from spo_lake.cli import demo_cmds, export_cmds, ingest_cmds, lake_cmds, model_cmds, pipeline_cmds, train_cmds
-from spo_lake.cli.common import DEFAULT_LAKE, STATE, parse_pairs
+from spo_lake.cli.common import DEFAULT_LAKE, STATE, parse_pairs, user_errors
 
 app = typer.Typer(help="spo-lake: a versioned trajectory lake and Soft Policy Optimization trainer.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -25,6 +25,7 @@ def _show_version(value: bool) -> None:
 
 
 @app.callback()
+@user_errors
 def root(lake: str = typer.Option(DEFAULT_LAKE, "--lake", envvar="SPOLAKE_LAKE", help="lake directory or URI"),
          storage_option: Optional[list[str]] = typer.Option(
              None, "--storage-option", envvar="SPOLAKE_STORAGE_OPTIONS", metavar="KEY=VALUE",

@@ -1,9 +1,12 @@
 """What every CLI verb shares: the lake option, the console, and turning user errors into one-line exits."""
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
+import math
 import os
+import re
 import sys
 from enum import Enum
 from typing import Any, Callable
@@ -15,6 +18,7 @@ from spo_lake.lake import Lake
 
 console = Console(stderr=True, soft_wrap=True)  # one message, one line: scripts parse them
 DEFAULT_LAKE = "./lake"
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class State:
@@ -47,7 +51,8 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             if os.environ.get("SPOLAKE_DEBUG"):
                 raise
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            print(f"error: {' '.join(str(msg).split())}", file=sys.stderr)
+            msg = ANSI_COLOUR.sub("", str(msg))  # deltalake colours its error chains
+            print(f"error: {' '.join(msg.split())}", file=sys.stderr)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -77,5 +82,22 @@ FORMAT_OPTION = typer.Option(OutputFormat.table, "--format", help="table (for pe
 
 
 def emit_json(data: Any) -> None:
-    """A verb's result as one JSON document on stdout (what `--format json` prints)."""
-    sys.stdout.write(json.dumps(data, default=str, ensure_ascii=False) + "\n")
+    """A verb's result as one JSON document on stdout (what `--format json` prints); NaN and inf become null."""
+    sys.stdout.write(json.dumps(_finite(data), default=str, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [_finite(v) for v in data]
+    return data
+
+
+def show_report(report: Any, format: OutputFormat) -> None:
+    """A pipeline step's report: its summary line on stderr and, with --format json, its fields on stdout."""
+    if format is OutputFormat.json:
+        emit_json(dataclasses.asdict(report) | {"summary": report.summary()})
+    console.print(report.summary())

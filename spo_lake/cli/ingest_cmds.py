@@ -27,6 +27,7 @@ DATASETS = {
 INGEST_HELP = ("Ingest trajectory records; validates everything before one commit; re-ingest is a no-op.\n\n"
                "Fields (one record per line of JSONL, a row of Parquet/CSV/a dataset; example: examples/samples.jsonl):"
                "\n\n" + "\n".join(f"  {name}: {doc}" for name, doc in TRAJECTORY_FIELD_DOCS.items()))
+CONVENTIONS = ", ".join(f"{name} ({pairs})" for name, pairs in REWARD_CONVENTIONS.items())
 EXTRA_HELP = "unknown input fields: metadata (keep them there), drop, or error"
 
 
@@ -60,7 +61,7 @@ def register(app: typer.Typer) -> None:
                tokenizer: Optional[str] = typer.Option(None, help="tokenizer id for rows without 'tokenizer'"),
                reward_map: Optional[str] = typer.Option(
                    None, help="map input rewards to the lake's 0 (pass) / -1 (fail): input=lake pairs such as "
-                              f"1=0,0=-1, or a convention: {', '.join(f'{k} ({v})' for k, v in REWARD_CONVENTIONS.items())}"),
+                              f"1=0,0=-1, or a convention: {CONVENTIONS}"),
                extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
                hf: bool = typer.Option(False, "--hf", help="PATH is a Hugging Face dataset name or save_to_disk dir"),
                split: str = typer.Option("train", help="dataset split with --hf"),

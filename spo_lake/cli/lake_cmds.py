@@ -171,7 +171,8 @@ def register(app: typer.Typer) -> None:
         """Rows by table, trajectories by source, and by prompt."""
         lake = open_lake()
         sections = {  # JSON key -> (title, rows)
-            "tables": ("rows by table", pa.Table.from_pylist([{"table": t, "rows": lake.count(t, snapshot)} for t in table_names()])),
+            "tables": ("rows by table",
+                       pa.Table.from_pylist([{"table": t, "rows": lake.count(t, snapshot)} for t in table_names()])),
             "sources": ("trajectories by source", lake.sql("""
                 SELECT t.source, count(*) AS trajectories, count(DISTINCT t.prompt_id) AS prompts,
                        avg(CASE WHEN e.passed THEN 1.0 ELSE 0.0 END) FILTER (WHERE e.passed IS NOT NULL) AS pass_rate

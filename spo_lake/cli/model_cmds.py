@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 
 import typer
 
-from spo_lake.cli.common import console, open_lake, user_errors
+from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, open_lake, show_report, user_errors
 from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
@@ -71,7 +71,8 @@ def register(app: typer.Typer) -> None:
                workers: Optional[int] = typer.Option(None, help="parallel sandboxes with --evaluate (default: cores)"),
                timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
                memory_mb: int = typer.Option(512, help="address-space limit"),
-               sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+               sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+               format: OutputFormat = FORMAT_OPTION) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
         from spo_lake.pipelines.sample import sample as run
@@ -83,7 +84,7 @@ def register(app: typer.Typer) -> None:
                      max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
                      temperature_range=temperature_range, evaluate=evaluate, options=options, workers=workers,
                      batch=batch)
-        console.print(report.summary())
+        show_report(report, format)
 
     @app.command()
     @user_errors
@@ -98,25 +99,27 @@ def register(app: typer.Typer) -> None:
            workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
            timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
            memory_mb: int = typer.Option(512, help="address-space limit"),
-           sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+           sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+           format: OutputFormat = FORMAT_OPTION) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
         from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
 
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         report = run(open_lake(), load_model(model, device), k=k, where=where, beta=PAPER_BETA if beta is None else beta,
                      seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers)
-        console.print(report.summary())
+        show_report(report, format)
 
     @app.command()
     @user_errors
     def refprobs(model: str = typer.Option(..., help=MODEL_HELP),
                  where: Optional[str] = typer.Option(None, help=WHERE_TRAJECTORIES),
                  batch_size: int = typer.Option(16, help="sequences per scoring batch"),
-                 device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)")) -> None:
+                 device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+                 format: OutputFormat = FORMAT_OPTION) -> None:
         """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
         from spo_lake.pipelines.refprobs import refprobs as run
 
-        console.print(run(open_lake(), load_model(model, device), where=where, batch_size=batch_size).summary())
+        show_report(run(open_lake(), load_model(model, device), where=where, batch_size=batch_size), format)
 
     @app.command()
     @user_errors
@@ -131,7 +134,8 @@ def register(app: typer.Typer) -> None:
             workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
             timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
             memory_mb: int = typer.Option(512, help="address-space limit"),
-            sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+            sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+            format: OutputFormat = FORMAT_OPTION) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
         from spo_lake.pipelines.pts import pts as run
 
@@ -140,6 +144,6 @@ def register(app: typer.Typer) -> None:
         report = run(open_lake(), load_model(model, device, "transformers"), k=k, threshold=threshold, where=where,
                      s0_range=tuple(s0_range), max_new_tokens=max_new_tokens, seed=seed, options=options,
                      workers=workers)
-        console.print(report.summary())
+        show_report(report, format)
 
     app.add_typer(model_app, name="model")

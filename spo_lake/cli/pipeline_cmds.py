@@ -5,7 +5,7 @@ from typing import Optional
 
 import typer
 
-from spo_lake.cli.common import console, open_lake, user_errors
+from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json, open_lake, show_report, user_errors
 from spo_lake.cli.lake_cmds import show_table, write_arrow
 
 report_app = typer.Typer(help="Reports over the lake.")
@@ -30,20 +30,22 @@ def register(app: typer.Typer) -> None:
                  workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
                  timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
                  memory_mb: int = typer.Option(512, help="address-space limit"),
-                 sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+                 sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+                 format: OutputFormat = FORMAT_OPTION) -> None:
         """Judge every trajectory its task's verifier has not judged yet (incremental, resumable)."""
         from spo_lake.pipelines.evaluate import evaluate as run
 
         report = run(open_lake(), where=where, options=sandbox_options(timeout_s, memory_mb, sandbox), workers=workers)
-        console.print(report.summary())
+        show_report(report, format)
 
     @app.command()
     @user_errors
-    def dedup(where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t joined with prompts p")) -> None:
+    def dedup(where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
+              format: OutputFormat = FORMAT_OPTION) -> None:
         """Group identical programs per prompt (comments/whitespace ignored); raw rows stay."""
         from spo_lake.pipelines.dedup import dedup as run
 
-        console.print(run(open_lake(), where=where).summary())
+        show_report(run(open_lake(), where=where), format)
 
     @report_app.command("passk")
     @user_errors
@@ -68,11 +70,14 @@ pipeline_app = typer.Typer(help="Declarative TOML recipes chaining pipeline step
 @pipeline_app.command("run")
 @user_errors
 def pipeline_run(recipe: str = typer.Argument(..., help="recipe TOML (see pipelines/)"),
-                 set_: list[str] = typer.Option(None, "--set", help="override a [vars] entry: name=value")) -> None:
+                 set_: list[str] = typer.Option(None, "--set", help="override a [vars] entry: name=value"),
+                 format: OutputFormat = FORMAT_OPTION) -> None:
     """Run a recipe's steps in order; each is incremental, so a re-run continues where a crash stopped."""
     from spo_lake.pipelines.recipe import load_recipe, run_recipe
 
     from spo_lake.cli.common import parse_map
 
     loaded = load_recipe(recipe, parse_map(set_))
-    run_recipe(loaded, open_lake(create=True), log=console.print)
+    done = run_recipe(loaded, open_lake(create=True), log=console.print)
+    if format is OutputFormat.json:
+        emit_json(done)

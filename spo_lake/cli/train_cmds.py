@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from spo_lake.cli.common import console, open_lake, user_errors
+from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json, open_lake, user_errors
 from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
 
 
@@ -78,7 +78,8 @@ def register(app: typer.Typer) -> None:
               workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
               timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
               memory_mb: int = typer.Option(512, help="address-space limit"),
-              sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP)) -> None:
+              sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+              format: OutputFormat = FORMAT_OPTION) -> None:
         """pass@k of a model with the unbiased estimator (paper: n=20, temperature 0.4, top-p 0.95, k=1,10)."""
         from spo_lake.models.backend import TransformersPolicy
         from spo_lake.rl.evaluation import EvalSettings, evaluate_in_lake
@@ -96,5 +97,8 @@ def register(app: typer.Typer) -> None:
             policy = TransformersPolicy.from_pretrained(model, str(resolve_device(device)))
         result, run_id = evaluate_in_lake(lake, policy, settings, where=where, snapshot=snapshot,
                                           max_prompts=max_prompts, options=options, workers=workers, save=save)
+        if format is OutputFormat.json:
+            emit_json({"model": model, "prompts": len(result.per_problem), "n": n, "run_id": run_id,
+                       "pass_at_k": {str(k): v for k, v in result.pass_at_k.items()}})
         scores = ", ".join(f"pass@{k}={v:.4f}" for k, v in result.pass_at_k.items())
         console.print(f"{model}: {len(result.per_problem)} prompts × {n} samples: {scores} (run {run_id})")

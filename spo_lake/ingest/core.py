@@ -27,12 +27,15 @@ from spo_lake.lake import Lake, Staged
 
 @dataclass(frozen=True)
 class IngestReport:
+    """What an ingest did: rows added, rows already there, prompts and imported verdicts it created."""
+
     new: int
     present: int
     prompts_new: int = 0
     evaluations_new: int = 0
 
     def summary(self) -> str:
+        """One line: "N new, M already present" and what else the ingest added."""
         extra = f"; {self.prompts_new} new prompts" if self.prompts_new else ""
         extra += f"; {self.evaluations_new} imported verdicts" if self.evaluations_new else ""
         return f"{self.new} new, {self.present} already present{extra}"

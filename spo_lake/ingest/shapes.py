@@ -73,6 +73,7 @@ class RewardMap:
 
     @classmethod
     def parse(cls, text: str) -> "RewardMap":
+        """From "input=lake,..." pairs or a convention name (binary: 1=0,0=-1; signed: 1=0,-1=-1)."""
         text = REWARD_CONVENTIONS.get(text, text)
         values: dict[float, float] = {}
         for item in text.split(","):

@@ -94,6 +94,8 @@ class Lake:
     @classmethod
     def open(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None,
              create: bool = False) -> "Lake":
+        """Open the lake at `path` (a directory or object-store URI); `create` makes it if missing, else a missing
+        lake is a LakeError. `storage_options` go to deltalake (credentials, endpoint, ...)."""
         root = str(path)
         if not _is_uri(root):
             root = _local_root(root)
@@ -108,6 +110,7 @@ class Lake:
         return lake
 
     def uri(self, table: str) -> str:
+        """Where `table`'s Delta table lives (a path or URI any Delta reader opens)."""
         return f"{self.root.rstrip('/')}/{table}"
 
     def _ensure_table(self, c: Contract) -> None:
@@ -134,6 +137,7 @@ class Lake:
         return nullcontext() if _is_uri(self.root) else lake_lock(self.root)
 
     def delta(self, table: str, version: int | None = None) -> DeltaTable:
+        """The deltalake DeltaTable of `table` at `version` (latest when None)."""
         try:
             return DeltaTable(self.uri(table), version=version, storage_options=self.storage_options)
         except TableNotFoundError:
@@ -204,9 +208,11 @@ class Lake:
 
     # ---- versions and snapshots ----------------------------------------------------------------------------
     def version(self, table: str) -> int:
+        """The latest Delta version of `table`."""
         return self.delta(table).version()
 
     def versions(self) -> dict[str, int]:
+        """{table: latest Delta version} for every table (what a new snapshot would pin)."""
         return {t: self.version(t) for t in table_names()}
 
     def snapshot(self, name: str, note: str | None = None) -> Snapshot:
@@ -232,12 +238,14 @@ class Lake:
         return latest
 
     def snapshots(self) -> list[Snapshot]:
+        """Every snapshot not deleted, oldest first."""
         return [
             Snapshot(r["name"], json.loads(r["versions"]), r["note"], r["created_at"])
             for r in self._snapshot_rows().values() if not r["deleted"]
         ]
 
     def get_snapshot(self, name: str) -> Snapshot:
+        """The snapshot called `name`; a LakeError when there is none."""
         for s in self.snapshots():
             if s.name == name:
                 return s
@@ -264,6 +272,7 @@ class Lake:
         return uris if _is_uri(self.root) else [unquote(u.removeprefix("file://")) for u in uris]
 
     def arrow_dataset(self, table: str, version: int | None = None):
+        """A pyarrow dataset over `table` at `version` (latest when None), e.g. for DuckDB or Arrow scans."""
         return self.delta(table, version).to_pyarrow_dataset()
 
     def read(self, table: str, snapshot: str | Snapshot | None = None) -> pl.LazyFrame:
@@ -288,13 +297,16 @@ class Lake:
             con.close()
 
     def history(self, table: str) -> list[dict[str, Any]]:
+        """`table`'s Delta commit history, newest first (version, timestamp, operation, metrics)."""
         return self.delta(table).history()
 
     def count(self, table: str, snapshot: str | Snapshot | None = None) -> int:
+        """Rows of `table` at the snapshot's pinned version (latest when None)."""
         return self.delta(table, self.resolve(snapshot).get(table)).count()
 
     # ---- maintenance ---------------------------------------------------------------------------------------
     def pinned_versions(self) -> dict[str, set[int]]:
+        """{table: every version some snapshot pins}: what compaction and vacuum must keep readable."""
         pinned: dict[str, set[int]] = {t: set() for t in table_names()}
         for snap in self.snapshots():
             for t, v in snap.versions.items():

@@ -99,7 +99,8 @@ def test_extra_fields_go_to_metadata_or_are_dropped_or_refused(lake):
 
 
 def test_rewards_outside_the_lake_contract_need_an_explicit_map(lake):
-    data = [{"prompt": PROMPT, "completion": " 1+2", "reward": 1}, {"prompt": PROMPT, "completion": " 1*2", "reward": 0}]
+    data = [{"prompt": PROMPT, "completion": " 1+2", "reward": 1},
+            {"prompt": PROMPT, "completion": " 1*2", "reward": 0}]
     with pytest.raises(IngestError, match=r"^input:row 1: field 'reward': value 1.0 is not 0 \(pass\) or -1 \(fail\); "
                                           r"map another convention with --reward-map 1=0,0=-1"):
         ingest(lake, data, task="countdown")
