@@ -135,8 +135,18 @@ def typed_batch(table: pa.Table, origin: str, shaping: Shaping, mapping: dict[st
     table = _rename_columns(table.rename_columns([inverse.get(c, c) for c in table.column_names]), shaping)
     if not _needs_reshaping(table, shaping):
         return from_arrow(table, shaping.fields, origin, shaping.what)
-    rows = (Located(f"{origin}:row {i + 1}", r) for i, r in enumerate(table.to_pylist()))
-    return shaped_batch(rows, shaping)
+    # The list fields (token ids, log-probs: most of the bytes) stay columns unless a row splits into two.
+    lists = [c for c in table.column_names if shaping.fields.get(c, "").startswith("list<")]
+    narrow = table.drop_columns(lists)
+    records = list(reshape((Located(f"{origin}:row {i + 1}", r) for i, r in enumerate(narrow.to_pylist())), shaping))
+    if not lists or len(records) != table.num_rows:  # no list columns, or preference rows split in two
+        return shaped_batch((Located(f"{origin}:row {i + 1}", r) for i, r in enumerate(table.to_pylist())), shaping)
+    scalars = from_records(records, {f: k for f, k in shaping.fields.items() if f not in lists}, shaping.what)
+    typed = from_arrow(table.select(lists), {f: shaping.fields[f] for f in lists}, origin, shaping.what).table
+    out = scalars.table
+    for name in lists:
+        out = out.append_column(name, typed.column(name))
+    return Batch(out.select(list(shaping.fields)), scalars.where)
 
 
 def _rename_columns(table: pa.Table, shaping: Shaping) -> pa.Table:
@@ -193,8 +203,8 @@ def _split_preference(where: str, rec: dict[str, Any]) -> list[dict[str, Any]]:
     for side in ("chosen", "rejected"):
         if rec.get(side) is None:
             raise IngestError(f"{where}: missing required field {side!r} (a preference row has chosen and rejected)")
-    for field in ("response", "reward", "passed", "trajectory_id"):
-        if field in rec:
+    for field in ("response", "reward", "passed", "trajectory_id", "token_ids", "logprobs"):  # one per side, not pair
+        if rec.get(field) is not None:
             raise IngestError(f"{where}: field {field!r}: not allowed in a preference row (chosen/rejected)")
     common = {k: v for k, v in rec.items() if k not in ("chosen", "rejected", "chosen_trajectory_id",
                                                         "rejected_trajectory_id")}

@@ -154,3 +154,21 @@ def test_prompt_rows_take_the_same_shapes(lake):
     assert report.new == 1
     assert lake.sql("SELECT prompt_id, metadata FROM prompts").to_pylist() == [
         {"prompt_id": PID, "metadata": '{"level": "easy"}'}]
+
+
+def test_token_columns_stay_columnar_when_other_fields_are_reshaped(lake):
+    table = pa.table({"prompt": [PROMPT, PROMPT], "completion": [" 1+2", " 2+1"], "judge": ["a", "b"],
+                      "token_ids": pa.array([[5, 6], [7]], pa.list_(pa.int32())),
+                      "behavior_logprobs": pa.array([[-0.5, -0.25], [-1.0]], pa.list_(pa.float32()))})
+    assert ingest(lake, table, task="countdown").new == 2
+    got = lake.sql("SELECT response_text, token_ids, behavior_logprobs, metadata FROM trajectories ORDER BY 1")
+    assert got.to_pylist() == [
+        {"response_text": " 1+2", "token_ids": [5, 6], "behavior_logprobs": [-0.5, -0.25], "metadata": '{"judge": "a"}'},
+        {"response_text": " 2+1", "token_ids": [7], "behavior_logprobs": [-1.0], "metadata": '{"judge": "b"}'}]
+    bad = table.set_column(3, "token_ids", pa.array([[5, 6], [-7]], pa.list_(pa.int32())))
+    with pytest.raises(IngestError, match=r"^input:row 2: field 'token_ids': element 0 -7 is not in \[0, "):
+        ingest(lake, bad, task="countdown", model="other")
+    pairs = pa.table({"prompt": [PROMPT], "chosen": [" 1+2"], "rejected": [" 1-2"],
+                      "token_ids": pa.array([[1]], pa.list_(pa.int64()))})  # whose token ids would they be?
+    with pytest.raises(IngestError, match=r"^input:row 1: field 'token_ids': not allowed in a preference row"):
+        ingest(lake, pairs, task="countdown")
