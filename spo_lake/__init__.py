@@ -5,7 +5,7 @@ The API a notebook reaches for first (the same operations as the `spolake` verbs
     from spo_lake import Lake, ingest, export, verifier_reward
 
     lake = Lake.open("lake", create=True)
-    ingest(lake, "examples/samples.jsonl", source="reference", model="my-model", task="countdown")
+    ingest(lake, "completions.jsonl", source="reference", model="my-model", task="countdown")  # any input shape
     lake.snapshot("exp-1")
     lake.sql("SELECT source, count(*) FROM trajectories GROUP BY 1", snapshot="exp-1")
     sft = export(lake, "exp-1", shape="sft").to_dataset()           # prompt + completion, for TRL's SFTTrainer

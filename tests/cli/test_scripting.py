@@ -89,3 +89,23 @@ def test_storage_options_reach_deltalake_from_the_flag_and_the_environment(tmp_p
         assert len(lines) == 1 and "127.0.0.1:9" in lines[0] and "\x1b[" not in lines[0]
     bad = subprocess.run([SPOLAKE, "--storage-option", "novalue", "stats"], capture_output=True, text=True)
     assert (bad.returncode, bad.stderr) == (1, "error: --storage-option expects KEY=VALUE, got 'novalue'\n")
+
+
+def test_a_dpo_export_loads_as_a_dataset_and_reingests_through_the_cli_as_a_noop(spolake, lake_dir, tmp_path):
+    import datasets
+
+    assert spolake("prompts", "add", "--dataset", "countdown", "--n", "2", "--seed", "0").exit_code == 0
+    wrong = tmp_path / "wrong.jsonl"
+    wrong.write_text("".join(json.dumps({"prompt_id": f"countdown/0/{i}", "response": "1+1", "passed": False}) + "\n"
+                             for i in range(2)))
+    assert spolake("ingest", wrong, "--model", "m").exit_code == 0
+    assert spolake("snapshot", "create", "s").exit_code == 0
+    out = tmp_path / "pairs"
+    done = spolake("export", "--snapshot", "s", "--shape", "dpo", "--format", "hf", "--out", out)
+    assert done.exit_code == 0 and "exported 2 rows (dpo)" in done.stderr
+    pairs = datasets.load_from_disk(str(out))
+    assert pairs.column_names[:3] == ["prompt", "chosen", "rejected"] and set(pairs["rejected"]) == {"1+1"}
+    before = Lake.open(lake_dir).versions()
+    again = spolake("ingest", out, "--hf")
+    assert again.exit_code == 0 and "0 new, 4 already present" in again.stderr
+    assert Lake.open(lake_dir).versions() == before

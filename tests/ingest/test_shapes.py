@@ -172,3 +172,12 @@ def test_token_columns_stay_columnar_when_other_fields_are_reshaped(lake):
                       "token_ids": pa.array([[1]], pa.list_(pa.int64()))})  # whose token ids would they be?
     with pytest.raises(IngestError, match=r"^input:row 1: field 'token_ids': not allowed in a preference row"):
         ingest(lake, pairs, task="countdown")
+
+
+def test_a_conversational_dataset_column_of_structs(lake):
+    import datasets
+
+    data = datasets.Dataset.from_list([
+        {"messages": [{"role": "user", "content": PROMPT}, {"role": "assistant", "content": " 1+2"}], "id": 1}])
+    assert ingest(lake, data, task="countdown").new == 1
+    assert [(r["prompt_id"], r["response_text"], meta(r)) for r in rows(lake)] == [(PID, " 1+2", {"id": 1})]
