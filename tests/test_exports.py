@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import datasets
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -113,3 +114,18 @@ def test_the_prompt_export_readds_as_a_noop(lake, tmp_path):
     before = lake.versions()
     assert ingest_prompts(lake, str(out)).summary() == "0 new, 3 already present"
     assert lake.versions() == before
+
+
+def test_a_prompt_restated_in_its_task_format_reingests_as_the_same_prompt(tmp_path):
+    lake = Lake.init(tmp_path / "lake")
+    ingest_prompts(lake, [{"prompt_id": "cc/1", "task": "codecontests", "prompt": "Print 1.",
+                           "tests": {"public": [{"input": "", "output": "1\n"}]}}])
+    ingest(lake, [{"prompt_id": "cc/1", "response": "print(1)", "reward": 0}], model="m")
+    lake.snapshot("s")
+    rows = export(lake, "s", "sft").table
+    assert rows["prompt"][0].as_py() != "Print 1." and "Print 1." in rows["prompt"][0].as_py()  # the task's format
+    before = lake.versions()
+    assert ingest(lake, rows).summary() == "0 new, 1 already present"
+    assert lake.versions() == before
+    with pytest.raises(Exception, match=r"input:row 1: field 'prompt': differs from prompt 'cc/1' in the lake"):
+        ingest(lake, rows.set_column(0, "prompt", pa.array(["Print 2."])))
