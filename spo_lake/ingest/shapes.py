@@ -163,11 +163,12 @@ def _rename_columns(table: pa.Table, shaping: Shaping) -> pa.Table:
 
 
 def _needs_reshaping(table: pa.Table, shaping: Shaping) -> bool:
-    """Extra or conversational fields, no prompt_id column, or a reward map: those go record by record."""
-    if set(table.column_names) - set(shaping.fields) or "prompt_id" not in table.column_names:
+    """Extra or conversational fields, prompt ids to derive, or a reward map: those go record by record."""
+    names = table.column_names
+    if set(names) - set(shaping.fields) or shaping.reward_map is not None:
         return True
-    if shaping.reward_map is not None:
-        return True
+    if "prompt_id" not in names or ("prompt" in names and table.column("prompt_id").null_count):
+        return True  # ids to derive from the prompt text
     return any(pa.types.is_list(f.type) and pa.types.is_struct(f.type.value_type) for f in table.schema)
 
 

@@ -45,6 +45,8 @@ def test_an_arrow_table_and_a_dataset_take_the_same_path_as_records(lake):
 
     table = pa.table({"prompt": [PROMPT], "completion": [" 1+2"], "score": [0.9]})
     assert ingest(lake, table, task="countdown").new == 1
+    some_ids = pa.table({"prompt_id": [None, PID], "prompt": [PROMPT, None], "response": ["a", "b"]})
+    assert ingest(lake, some_ids, task="countdown").new == 2  # a null prompt_id is derived from its prompt
     again = ingest(lake, datasets.Dataset(table), task="countdown")
     assert again.summary() == "0 new, 1 already present"
     assert meta(rows(lake)[0]) == {"score": 0.9}
