@@ -27,6 +27,9 @@ class SampleResult:
     logprobs: list[float]  # of each sampled token under the sampled-from (tempered, top-p) distribution
     finish_reason: str  # "stop" (EOS or a stop string) | "length"
     text: str
+    # of each sampled token under the model itself (temperature 1, no top-p): the π_old of importance ratios;
+    # None when the backend cannot report both at once (callers then score the tokens)
+    policy_logprobs: list[float] | None = None
 
 
 class PolicyBackend(Protocol):
@@ -185,17 +188,20 @@ class TransformersPolicy:
         ).logits[:, -1]
         tokens: list[list[int]] = [[] for _ in range(batch)]
         logprobs: list[list[float]] = [[] for _ in range(batch)]
+        policy_logprobs: list[list[float]] = [[] for _ in range(batch)]
         finish: list[str | None] = [None] * batch
         eos = self.tokenizer.eos_token_id
         for _ in range(max_new_tokens):
             log_probs = sampling_log_probs(logits, temperature, top_p)
             sampled = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
             chosen = log_probs.gather(-1, sampled.unsqueeze(-1)).squeeze(-1).tolist()
+            untempered = gather_token_log_probs(logits, sampled).tolist()
             for row, token in enumerate(sampled.tolist()):
                 if finish[row] is not None:
                     continue
                 tokens[row].append(token)
                 logprobs[row].append(chosen[row])
+                policy_logprobs[row].append(untempered[row])
                 if token == eos or (stop and self._hits_stop(tokens[row], stop)):
                     finish[row] = "stop"
             if all(f is not None for f in finish):
@@ -213,6 +219,7 @@ class TransformersPolicy:
                 logprobs=logprobs[row],
                 finish_reason=finish[row] or "length",
                 text=self.tokenizer.decode(tokens[row], skip_special_tokens=True),
+                policy_logprobs=policy_logprobs[row],
             )
             for row in range(batch)
         ]

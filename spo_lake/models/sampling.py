@@ -33,5 +33,5 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def gather_token_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[target] per position, in float32. logits: [L, V], targets: [L] -> [L]."""
+    """log softmax(logits)[target] per position, in float32. logits: [..., V], targets: [...] -> [...]."""
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)

@@ -83,6 +83,8 @@ class VLLMPolicy:
                         logprobs=logprobs,
                         finish_reason="length" if completion.finish_reason == "length" else "stop",
                         text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
+                        # processed log-probs are the model's own only without temperature and top-p
+                        policy_logprobs=logprobs if temperature == 1.0 and top_p == 1.0 else None,
                     )
                 )
         return results

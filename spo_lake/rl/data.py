@@ -76,6 +76,8 @@ class Example:
     q0: float  # Q̂0 of the prompt at the run's β; nan when the prompt has no Q0 counts (PPO needs none)
     ref_logprobs: list[float] | None = None  # cached log π0 of response_ids; None = score with the live π0
     behavior_logprobs: list[float] | None = None  # log-probs of the distribution the response was sampled from
+    # log π_old: the sampling policy's own log-probs (no temperature, no top-p), PPO's ratio and KL reward
+    policy_logprobs: list[float] | None = None
     policy_version: int = -1  # behaviour-policy version of an online rollout; -1 for lake data
     mc_positions: list[int] = field(default_factory=list)  # Monte-Carlo targets: after the first p tokens ...
     mc_success: list[float] = field(default_factory=list)  # ... π0 succeeds with this probability
@@ -88,7 +90,8 @@ class Batch:
     response starts at column P: the logits of the last T+1 positions score all responses at once.
 
     input_ids, attention_mask: (B, P+T). response_ids: (B, T); response_mask: (B, T) bool, left-aligned.
-    ref_logprobs, behavior_logprobs: (B, T), valid where ref_cached / has_behavior (B,) is set.
+    ref_logprobs, behavior_logprobs, policy_logprobs: (B, T), valid where ref_cached / has_behavior /
+    has_policy (B,) is set.
     reward, q0: (B,). mc_positions, mc_success, mc_mask: (B, M). stream, policy_version: (B,) long.
     """
 
@@ -100,6 +103,8 @@ class Batch:
     ref_cached: torch.Tensor
     behavior_logprobs: torch.Tensor
     has_behavior: torch.Tensor
+    policy_logprobs: torch.Tensor
+    has_policy: torch.Tensor
     reward: torch.Tensor
     q0: torch.Tensor
     mc_positions: torch.Tensor
@@ -152,6 +157,8 @@ def collate(examples: Sequence[Example], pad_id: int) -> Batch:
         ref_cached=torch.tensor([e.ref_logprobs is not None for e in examples]),
         behavior_logprobs=_padded([e.behavior_logprobs for e in examples], width, 0.0, torch.float32),
         has_behavior=torch.tensor([e.behavior_logprobs is not None for e in examples]),
+        policy_logprobs=_padded([e.policy_logprobs for e in examples], width, 0.0, torch.float32),
+        has_policy=torch.tensor([e.policy_logprobs is not None for e in examples]),
         reward=torch.tensor([e.reward for e in examples], dtype=torch.float32),
         q0=torch.tensor([e.q0 for e in examples], dtype=torch.float32),
         mc_positions=_padded([e.mc_positions for e in examples], mc_width, 0, torch.long),

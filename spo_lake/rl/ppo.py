@@ -1,8 +1,9 @@
 """The PPO baseline (paper §3.1.4): a separate value model and the per-batch PPO loss on online rollouts.
 
-Same β as SPO (KL-regularised per-token reward), GAE(γ, λ), clipped surrogate whose ratio πθ/π_behaviour is also
-the importance weight of slightly stale rollouts (the behaviour log-probs are recorded at sampling time; sample
-PPO rollouts at temperature 1 and top-p 1 so they are the behaviour policy's own probabilities), clipped value loss.
+Same β as SPO (KL-regularised per-token reward), GAE(γ, λ), clipped surrogate whose ratio πθ/π_old is also the
+importance weight of slightly stale rollouts, clipped value loss. π_old is the sampling policy's *own* distribution
+(temperature 1, no top-p), recorded at sampling time next to the tempered sampled-from log-probs: with the tempered
+ones a fresh policy would already look off-policy (ratio ≠ 1, clipped tokens) at zero staleness.
 One update per batch, as in the paper's asynchronous setup.
 """
 from __future__ import annotations
@@ -56,9 +57,9 @@ def ppo_loss(policy_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, values: 
              settings: PPOSettings) -> tuple[torch.Tensor, dict[str, float]]:
     """Policy + value loss of one batch of rollouts and its diagnostics. All per-token inputs (B, T)."""
     mask = batch.response_mask
-    if not bool(batch.has_behavior.all()):
-        raise ValueError("PPO needs behaviour log-probs on every sequence (online rollouts only)")
-    old_logprobs = batch.behavior_logprobs
+    if not bool(batch.has_policy.all()):
+        raise ValueError("PPO needs the sampling policy's log-probs on every sequence (online rollouts only)")
+    old_logprobs = batch.policy_logprobs
     rewards = kl_penalized_rewards(batch.reward, old_logprobs, ref_logprobs, mask, settings.beta)
     advantages, returns = gae(rewards, values.detach(), mask, settings.gamma, settings.lam)
     policy = ppo_policy_loss(policy_logprobs, old_logprobs, whiten(advantages, mask), mask, settings.clip_eps)

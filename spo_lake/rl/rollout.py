@@ -198,6 +198,7 @@ class RolloutWorker(threading.Thread):
                  texts: list[str], results: list[SampleResult], verdicts: list[Verdict]) -> Rollouts:
         s = self.settings
         prompt_ids = [self.policy.encode_prompt(t) for t in texts]
+        policy_lps = self._policy_logprobs(prompt_ids, results)
         out = Rollouts(step, version, temperature, [], [], [])
         for index, (result, verdict) in enumerate(zip(results, verdicts)):
             pid, q0_n, q0_success = entries[result.prompt_index]
@@ -206,13 +207,21 @@ class RolloutWorker(threading.Thread):
             out.examples.append(Example(
                 stream=s.stream_index, prompt_id=pid, prompt_ids=prompt_ids[result.prompt_index],
                 response_ids=list(result.token_ids), reward=verdict.reward, q0=q0_or_nan(q0_n, q0_success, s.beta),
-                behavior_logprobs=list(result.logprobs), policy_version=version, trajectory_id=tid))
+                behavior_logprobs=list(result.logprobs), policy_logprobs=policy_lps[index], policy_version=version,
+                trajectory_id=tid))
             out.trajectories.append(trajectory_row(
                 trajectory_id=tid, problem=problem, result=result, source=s.source, model_id=s.model_id,
                 run_id=s.run_id, policy_version=version, temperature=temperature, top_p=s.schedule.top_p,
                 tok_id=self.tok_id, metadata={"step": step, "sample_index": index}))
             out.evaluations.append(evaluation_row(tid, get_task(problem.task).verifier_name(problem), verdict))
         return out
+
+    def _policy_logprobs(self, prompt_ids: list[list[int]], results: list[SampleResult]) -> list[list[float]]:
+        """log π_old of every sampled token: as the backend reported it, else scored with the behaviour weights."""
+        missing = [i for i, r in enumerate(results) if r.policy_logprobs is None]
+        scored = dict(zip(missing, self.policy.score([prompt_ids[results[i].prompt_index] for i in missing],
+                                                     [results[i].token_ids for i in missing]))) if missing else {}
+        return [list(r.policy_logprobs) if r.policy_logprobs is not None else scored[i] for i, r in enumerate(results)]
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -203,7 +203,10 @@ class Trainer:
     def update(self, examples: list[Example]) -> dict[str, Any]:
         """One optimizer step on `examples` (grad_accum micro-batches); returns the step's diagnostics."""
         c, stats = self.config, Stats()
-        self.model.train()
+        # Dropout off: A_t = β·(log πθ − log π0) and PPO's ratio are about the policy itself, not a random sub-network.
+        self.model.eval()
+        if self.value_model is not None:
+            self.value_model.eval()
         self.optimizer.zero_grad(set_to_none=True)
         micro_size = c.batch_size // c.grad_accum
         tokens, total_loss = 0, 0.0

@@ -158,6 +158,20 @@ def test_ppo_trains_on_its_online_rollouts_with_a_value_model(lake, tiny_model_d
     assert (checkpoint / "value_model.pt").exists()
 
 
+def test_ppo_at_zero_staleness_has_ratio_one_and_clips_nothing_even_with_tempered_sampling(lake, tiny_model_dir,
+                                                                                           tmp_path):
+    """π_old is the sampling policy itself, not its tempered/top-p distribution: synchronous rollouts (lag 0,
+    refresh every step) at temperature 0.5 / top-p 0.9 are exactly on-policy for the first update."""
+    lines = [f'model="{tiny_model_dir}"', f'run_dir="{tmp_path}"', 'snapshot="base"', 'algorithm="ppo"', "steps=1",
+             "batch_size=8", f"max_new_tokens={MAX_NEW_TOKENS}", "temperature_min=0.5", "temperature_max=0.5",
+             "top_p=0.9", "rollout_lag=0", "judge_workers=1", "lr=1e-4", "write_back=false"]
+    trainer = Trainer(load_config(None, lines), lake, show_progress=False)
+    trainer.train()
+    (first,) = read_metrics(trainer.run_dir)
+    assert first["staleness"] == 0
+    assert first["importance_weight"] == pytest.approx(1.0, abs=1e-4)
+    assert first["clip_fraction"] == 0.0
+
 
 def test_a_non_finite_gradient_skips_the_update_instead_of_poisoning_the_weights(lake, policy, tiny_model_dir, tmp_path):
     trainer = Trainer(load_config(None, config_lines(str(tiny_model_dir), tmp_path, write_back=False)), lake,
