@@ -91,6 +91,7 @@ class PtsReport:
     no_q0: int = 0
     outside_s0_range: int = 0
     not_verified: int = 0
+    too_long: int = 0
     run_id: str = ""
 
     def summary(self) -> str:
@@ -98,7 +99,8 @@ class PtsReport:
         skipped = (f"; skipped {self.already_searched} already searched, {self.outside_s0_range} with S0 outside the "
                    f"range, {self.no_q0} whose prompt has no q0 estimate for this model (run `spolake q0` first), "
                    f"{self.not_verified} passed only by a verdict other than their task's verifier (run `spolake "
-                   "evaluate` first)")
+                   f"evaluate` first), {self.too_long} longer than max_new_tokens (their continuations could not "
+                   "reach their length)")
         return f"searched {self.searched} trajectories: {self.pivots} pivotal tokens, {self.rollouts} rollouts{per}{skipped}"
 
 
@@ -189,8 +191,10 @@ class _Searcher:
             return 1.0
         tid, pid = job.row["trajectory_id"], job.row["prompt_id"]
         call_seed = derive_seed(self.seed, "pts", tid, t)
+        # A continuation may use what a full response from the prompt may: max_new_tokens in all (the caller
+        # only searches responses that fit, so every continuation can at least reach the searched one's length).
         drawn = rollouts(self.model, job.problem, job.prompt_ids, job.response_ids[:t], self.k,
-                         max(self.max_new_tokens - t, 1), call_seed, self.options, self.workers)
+                         self.max_new_tokens - t, call_seed, self.options, self.workers)
         verifier = get_task(job.problem.task).verifier_name(job.problem)
         for i, r in enumerate(drawn):
             rollout_id = sampled_id(self.run_id, pid, i, tid, t)
@@ -241,6 +245,10 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
         last_commit = time.monotonic()
         for row, s0 in todo:
             prompt_ids, response_ids, _ = trajectory_token_ids(model, tok_id, row)
+            if len(response_ids) > max_new_tokens:  # S(t) near T would be biased to 0 against S(T) = 1: fake pivots
+                report.too_long += 1
+                bar.update(task_id, advance=1)
+                continue
             job = _Search(row, Problem.from_row(row), prompt_ids, response_ids, s0)
             result = search(len(response_ids), lambda t: searcher.estimate(job, t), threshold)
             job.rows["pivots"] = [searcher.pivot_row(job, i, result, threshold) for i in result.pivots]
@@ -256,7 +264,8 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
         _commit(lake, pending)
         run.metrics.update(searched=report.searched, pivots=report.pivots, rollouts=report.rollouts,
                            already_searched=report.already_searched, no_q0=report.no_q0,
-                           outside_s0_range=report.outside_s0_range, not_verified=report.not_verified)
+                           outside_s0_range=report.outside_s0_range, not_verified=report.not_verified,
+                           too_long=report.too_long)
     return report
 
 

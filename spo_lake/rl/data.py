@@ -43,9 +43,10 @@ q0 AS (
     SELECT prompt_id, n AS q0_n, n_success AS q0_success FROM "values"
     WHERE trajectory_id IS NULL AND position IS NULL AND {pi0_samples}
     QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY n DESC, created_at DESC) = 1),
-mc AS (
-    SELECT trajectory_id, count(DISTINCT position) AS n_mc FROM "values"
-    WHERE trajectory_id IS NOT NULL AND position IS NOT NULL AND {pi0_samples} GROUP BY trajectory_id),
+mc AS (  -- searched non-terminal positions (PTS also records S(T) = 1 at the end: that is the terminal objective's)
+    SELECT v.trajectory_id, count(DISTINCT v.position) AS n_mc
+    FROM (SELECT * FROM "values" WHERE {pi0_samples}) v JOIN trajectories tt USING (trajectory_id)
+    WHERE v.position > 0 AND v.position < coalesce(len(tt.token_ids), 2147483647) GROUP BY v.trajectory_id),
 pv AS (SELECT trajectory_id, count(*) AS n_pivots FROM pivots WHERE model_id = {pi0} GROUP BY trajectory_id),
 lp AS (SELECT DISTINCT trajectory_id FROM logprobs WHERE model_id = {pi0}),
 dup AS (
@@ -288,6 +289,10 @@ class LakeStream:
         positions, success = (list(mc["positions"]), list(mc["success"])) if mc else ([], [])
         if any(not 0 <= p <= len(response_ids) for p in positions):
             return None
+        # Monte-Carlo targets at searched non-terminal positions only (§3.1.3): Q_0 = Q̂0 has no gradient, and a
+        # target at T would add a second copy of the terminal objective L(Q_T, r).
+        kept = [i for i, p in enumerate(positions) if 0 < p < len(response_ids)]
+        positions, success = [positions[i] for i in kept], [success[i] for i in kept]
         return Example(
             stream=self.index, prompt_id=row["prompt_id"], prompt_ids=prompt_ids, response_ids=response_ids,
             reward=key["reward"], q0=q0_or_nan(key["q0_n"], key["q0_success"], self.settings.beta),

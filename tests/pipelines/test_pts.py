@@ -148,3 +148,20 @@ def test_pts_says_why_it_skips_trajectories(countdown_lake, policy):
     outside = (0.0, s0 - 0.01) if s0 > 0.5 else (s0 + 0.01, 1.0)
     report = pts(lake, policy, k=2, where=humans, s0_range=outside, show_progress=False)
     assert report.searched == 0 and report.outside_s0_range == n and lake.count("pivots") == 0
+
+
+def test_pts_skips_responses_longer_than_the_generation_limit_instead_of_faking_pivots(countdown_lake, policy):
+    """From a prefix of a response longer than max_new_tokens, no continuation could reach the response's end, so
+    S(t) near T would read 0 against S(T) = 1: such trajectories are counted and skipped, never searched."""
+    lake = countdown_lake
+    humans = "t.source = 'human' AND t.prompt_id = 'countdown/0/1'"
+    q0(lake, policy, k=4, max_new_tokens=12, where="p.prompt_id = 'countdown/0/1'", show_progress=False)
+    evaluate(lake, where=humans, show_progress=False)
+    rows = lake.sql(f"SELECT * FROM ({TRAJECTORY_WITH_PROMPT}) t WHERE {humans}").to_pylist()
+    lengths = [len(policy.tokenize_response(render_prompt(Problem.from_row(r)), r["response_text"])[1]) for r in rows]
+    limit = min(lengths) - 1  # every solver answer is longer than this
+    report = pts(lake, policy, k=2, where=humans, s0_range=(0.0, 1.0), max_new_tokens=limit, show_progress=False)
+    assert report.searched == 0 and report.too_long == len(rows) and report.rollouts == 0
+    assert "longer than max_new_tokens" in report.summary()
+    tids = ", ".join(f"'{r['trajectory_id']}'" for r in rows)
+    assert lake.sql(f'SELECT count(*) AS n FROM "values" WHERE trajectory_id IN ({tids})').column("n")[0].as_py() == 0

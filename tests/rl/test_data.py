@@ -82,9 +82,11 @@ def lake(tmp_path_factory, policy) -> Lake:
         cached.append({"trajectory_id": row["trajectory_id"], "model_id": pi0, "tokenizer_id": tok,
                        "token_ids": response_ids, "logprobs": policy.score([prompt_ids], [response_ids])[0]})
     mc_row = next(r for r in rows if r["prompt_id"] == "countdown/3/1")
+    # PTS also records S(0) and S(T) = 1 (n = 1) at the ends: only the searched positions between are MC targets
+    end = len(trajectory_token_ids(policy, tok, mc_row)[1])
     values += [{"prompt_id": mc_row["prompt_id"], "trajectory_id": mc_row["trajectory_id"], "position": p,
-                "model_id": pi0, "temperature": 1.0, "top_p": 1.0, "n": 10, "n_success": s}
-               for p, s in [(1, 3), (2, 7)]]
+                "model_id": pi0, "temperature": 1.0, "top_p": 1.0, "n": n, "n_success": s}
+               for p, n, s in [(0, 10, 1), (1, 10, 3), (2, 10, 7), (end, 1, 1)]]
     lake.append_many({"values": values, "logprobs": cached})
     # The same program again, from another source: `spolake dedup` marks the later row a duplicate.
     add_responses(lake, [{"prompt_id": rows[0]["prompt_id"], "response": rows[0]["response_text"] + "  ",
