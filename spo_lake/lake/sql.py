@@ -44,4 +44,17 @@ def connect(lake: Lake, snapshot: str | Snapshot | None = None, threads: int | N
         else:
             paths = ", ".join(_quote(f) for f in files)
             con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{paths}], union_by_name = true)')
+        _add_missing_columns(con, table)
     return con
+
+
+def _add_missing_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    """Columns a newer contract added (always nullable) read as NULL at versions written before them, so queries
+    written against the contract work on every snapshot."""
+    present = {row[0] for row in con.execute(f'DESCRIBE "{table}"').fetchall()}
+    if all(c.name in present for c in contract(table).columns):
+        return
+    con.execute(f'ALTER VIEW "{table}" RENAME TO "_{table}_stored"')
+    con.register(f"_{table}_contract", contract(table).arrow_schema.empty_table())
+    con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM "_{table}_stored" '
+                f'UNION ALL BY NAME SELECT * FROM "_{table}_contract"')

@@ -34,6 +34,8 @@ class SampleResult:
 
 class PolicyBackend(Protocol):
     model_id: str
+    # (backend, dtype) of its forward pass: log-probs cached from one precision are not reused by another
+    precision: tuple[str, str]
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """Token ids the model is conditioned on for this prompt text (chat template applied if any)."""
@@ -108,6 +110,7 @@ class TransformersPolicy:
         self.model_id = model_id
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
+        self.precision = ("transformers", str(next(model.parameters()).dtype).removeprefix("torch."))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
             raise ValueError(f"tokenizer of {model_id} has neither a pad nor an eos token")

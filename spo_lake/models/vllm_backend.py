@@ -32,6 +32,7 @@ class VLLMPolicy:
         self.llm = llm
         self.tokenizer = llm.get_tokenizer()
         self.model_id = model_id
+        self.precision = ("vllm", str(llm.llm_engine.model_config.dtype).removeprefix("torch."))
 
     @classmethod
     def from_pretrained(

@@ -50,7 +50,8 @@ def refprobs(lake: Lake, model: PolicyBackend, *, where: str | None = None, batc
     todo, cached = pending(lake, model.model_id, where)
     report = RefprobsReport(already_cached=cached)
     tok_id = tokenizer_id(model)
-    config = {"model_id": model.model_id, "tokenizer_id": tok_id, "where": where, "batch_size": batch_size}
+    config = {"model_id": model.model_id, "tokenizer_id": tok_id, "where": where, "batch_size": batch_size,
+              "backend": model.precision[0], "dtype": model.precision[1]}
     started = time.perf_counter()
     with recorded_run(lake, "refprobs", config) as run, BufferedAppender(lake, flush_rows=flush_rows) as out, \
             progress_bar("tokens_per_s", disable=not show_progress) as bar:
@@ -66,8 +67,10 @@ def refprobs(lake: Lake, model: PolicyBackend, *, where: str | None = None, batc
         for start in range(0, len(order), batch_size):
             chunk = order[start:start + batch_size]
             scores = model.score([pairs[i][0] for i in chunk], [pairs[i][1] for i in chunk], batch_size=batch_size)
+            backend, dtype = model.precision
             out.add("logprobs", [{"trajectory_id": todo[i]["trajectory_id"], "model_id": model.model_id,
-                                  "tokenizer_id": tok_id, "token_ids": pairs[i][1], "logprobs": lp}
+                                  "tokenizer_id": tok_id, "token_ids": pairs[i][1], "logprobs": lp,
+                                  "backend": backend, "dtype": dtype}
                                  for i, lp in zip(chunk, scores)])
             report.scored += len(chunk)
             report.tokens += sum(len(pairs[i][1]) for i in chunk)

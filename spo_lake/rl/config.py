@@ -58,11 +58,11 @@ class TrainConfig:
     objective: str = "terminal"
     loss: str = "ce"
     beta: float = PAPER_BETA
+    ce_eps: float = 1e-6  # CE loss: Q/β is clipped to ≤ −ce_eps in the forward pass (straight-through), §3.1.1
+    advantage_scale: float = 1.0  # advantage objective: both sides warped by σ(·/(advantage_scale·β))
     # data
     snapshot: str = ""  # "" = pin a new snapshot named after the run
     prompts_where: str = ""  # SQL over `prompts` choosing the online rollout prompts
-    q0_temperature: float = -1.0  # which prompt-level Q0 counts to use; < 0 = any
-    q0_top_p: float = -1.0
     max_response_tokens: int = 1024  # lake trajectories longer than this are skipped
     page_size: int = 1024  # lake rows fetched per query: memory per stream is O(page_size)
     streams: list[StreamConfig] = field(default_factory=lambda: [StreamConfig("online", "online", 1.0)])
@@ -144,6 +144,8 @@ def validate(c: TrainConfig) -> TrainConfig:
     _check(bool(c.model), "config: `model` is required (a model directory or hub name)")
     _check(c.algorithm in ALGORITHMS, f"config: algorithm {c.algorithm!r} not in {ALGORITHMS}")
     _check(c.beta > 0, f"config: beta must be > 0, got {c.beta}")
+    _check(c.ce_eps > 0 and c.advantage_scale > 0,
+           f"config: ce_eps and advantage_scale must be > 0, got {c.ce_eps}, {c.advantage_scale}")
     for key in ("steps", "batch_size", "grad_accum", "model_update_interval", "samples_per_prompt", "max_new_tokens",
                 "max_response_tokens", "page_size", "eval_n", "judge_workers", "flush_rows", "score_batch_size"):
         _check(getattr(c, key) >= 1, f"config: {key} must be >= 1, got {getattr(c, key)}")

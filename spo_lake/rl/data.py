@@ -217,6 +217,7 @@ class LakeStream:
                              f"at the pinned snapshot")
         self.epoch, self.after = 0, ("", "")  # resume state: the last consumed row's (shuffle key, trajectory_id)
         self.skipped = 0
+        self.ref_recomputed = 0  # cached π0 rows of another backend/precision, scored live instead
         self._page: deque[tuple[tuple[str, str], Example | None]] = deque()
 
     # ---- resume state
@@ -260,7 +261,7 @@ class LakeStream:
             QUALIFY row_number() OVER (PARTITION BY t.trajectory_id ORDER BY t.created_at) = 1""").to_arrow_table())
         pi0 = sql_literal(self.settings.pi0_id)
         cached = _by_id(self.con.sql(f"""
-            SELECT trajectory_id, tokenizer_id, token_ids, logprobs FROM logprobs
+            SELECT trajectory_id, tokenizer_id, token_ids, logprobs, backend, dtype FROM logprobs
             WHERE model_id = {pi0} AND trajectory_id IN (SELECT * FROM page_ids)
             QUALIFY row_number() OVER (PARTITION BY trajectory_id ORDER BY created_at DESC) = 1""").to_arrow_table())
         mc = _by_id(self.con.sql(f"""
@@ -285,7 +286,11 @@ class LakeStream:
             return None
         ref = None
         if cached and cached["tokenizer_id"] == self.tok_id and list(cached["token_ids"]) == response_ids:
-            ref = list(cached["logprobs"])
+            # Log-probs of another precision differ by ~1e-2 nats/token: A_t would not start at 0 for lake rows.
+            if (cached["backend"], cached["dtype"]) == tuple(self.tokenizer.precision):
+                ref = list(cached["logprobs"])
+            else:
+                self.ref_recomputed += 1
         positions, success = (list(mc["positions"]), list(mc["success"])) if mc else ([], [])
         if any(not 0 <= p <= len(response_ids) for p in positions):
             return None

@@ -160,6 +160,7 @@ def spo_loss(
     mc_success: torch.Tensor | None = None,
     mc_mask: torch.Tensor | None = None,
     eps: float = 1e-6,
+    advantage_scale: float = 1.0,
 ) -> SPOLossOutput:
     """SPO off-policy loss on any trajectories, from any source (§3.1.2), averaged over sequences.
 
@@ -167,7 +168,9 @@ def spo_loss(
     mask: (B, T) bool, left-aligned. reward, q0: (B,). loss ∈ {"squared", "ce"}. objective:
       terminal   L(Q_T, r)                                          (eq. 13)
       reverse_q  Σ_{t=1..T} L(Q_t, R_t), R_t = detach(r − Σ_{t'>t} A_t')
-      advantage  BCE(σ(ΣA/β), σ((r − Q̂0)/β)), sigmoid-warped advantage regression; needs loss="ce"
+      advantage  BCE(σ(ΣA/(sβ)), σ((r − Q̂0)/(sβ))), sigmoid-warped advantage regression, s = advantage_scale
+                 (the paper does not pin the warp's scale; s = 1 makes σ(ΣA/β) the sigmoid of log πθ/π0); loss="ce"
+    eps: the CE loss's clip of Q/β (forward ≤ −eps, straight-through gradient).
     Optional Monte-Carlo targets (§3.1.3) add Σ_p L(Q_p, β·log(S + (1−S)·e^{−1/β})) per sequence:
     mc_positions (B, M) long (p = after the first p response tokens), mc_success (B, M) in [0, 1], mc_mask (B, M).
     The log-probs are upcast to at least float32 so long cumulative sums keep their precision.
@@ -182,8 +185,8 @@ def spo_loss(
     if objective == "advantage" and loss != "ce":
         raise ValueError("objective 'advantage' needs loss='ce' (squared advantage regression is terminal regression)")
     _check_beta(beta)
-    if eps <= 0:
-        raise ValueError(f"eps must be > 0, got {eps}")
+    if eps <= 0 or advantage_scale <= 0:
+        raise ValueError(f"eps and advantage_scale must be > 0, got {eps}, {advantage_scale}")
     if policy_logprobs.shape != ref_logprobs.shape or policy_logprobs.shape != mask.shape:
         raise ValueError(
             f"policy_logprobs, ref_logprobs and mask must share shape (B, T), got {tuple(policy_logprobs.shape)}, "
@@ -212,9 +215,10 @@ def spo_loss(
         terms = _pointwise_loss(q_t, reverse_targets, beta, loss, eps)
         per_sequence = torch.where(mask, terms, torch.zeros_like(terms)).sum(dim=1)
     else:
-        # σ(ΣA/β) = σ(log πθ/π0) against σ((r − Q̂0)/β) = σ(log π*/π0) on the sequence.
+        # σ(ΣA/β) = σ(log πθ/π0) against σ((r − Q̂0)/β) = σ(log π*/π0) on the sequence (s = 1).
         per_sequence = F.binary_cross_entropy_with_logits(
-            log_ratio.sum(dim=1), torch.sigmoid((reward - q0) / beta), reduction="none"
+            log_ratio.sum(dim=1) / advantage_scale, torch.sigmoid((reward - q0) / (beta * advantage_scale)),
+            reduction="none",
         )
     if mc_positions is not None:
         per_sequence = per_sequence + _mc_loss(q, lengths, mc_positions, mc_success, mc_mask, beta, loss, eps)

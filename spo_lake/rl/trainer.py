@@ -24,6 +24,7 @@ from spo_lake.lake import Lake
 from spo_lake.lake.contracts import to_json_text
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar
+from spo_lake.pipelines.sample import tokenizer_id
 from spo_lake.rl import run as rundir
 from spo_lake.rl.config import TrainConfig, apply_overrides, config_from_dict, stream_counts
 from spo_lake.rl.data import Batch, Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
@@ -178,8 +179,11 @@ class Trainer:
     def reference(self) -> torch.nn.Module:
         """π0, loaded on first use: a run whose lake rows all have cached log-probs never loads it."""
         if self._reference is None:
-            ref = TransformersPolicy.from_pretrained(self.config.reference_path, str(self.device), self.dtype).model
-            self._reference = ref.eval().requires_grad_(False)
+            ref = TransformersPolicy.from_pretrained(self.config.reference_path, str(self.device), self.dtype)
+            if tokenizer_id(ref) != tokenizer_id(self.policy):  # token ids would mean different tokens to π0
+                raise ValueError(f"reference {self.config.reference_path!r} has another tokenizer than the policy "
+                                 f"{self.config.model!r}; SPO needs both to score the same token ids")
+            self._reference = ref.model.eval().requires_grad_(False)
         return self._reference
 
     # ------------------------------------------------------------------------------------- the step
@@ -246,7 +250,8 @@ class Trainer:
             mc = {"mc_positions": batch.mc_positions[rows], "mc_success": batch.mc_success[rows],
                   "mc_mask": batch.mc_mask[rows]} if stream.mc else {}
             out = spo_loss(policy_lp[rows], ref_lp[rows], batch.response_mask[rows], batch.reward[rows],
-                           batch.q0[rows], self.config.beta, objective=objective, loss=loss_name, **mc)
+                           batch.q0[rows], self.config.beta, objective=objective, loss=loss_name, **mc,
+                           eps=self.config.ce_eps, advantage_scale=self.config.advantage_scale)
             total = total + out.per_sequence.sum() / self.config.batch_size
             n = len(rows)
             stats.add(f"loss/{stream.name}", out.per_sequence.sum().item(), n)
@@ -293,7 +298,8 @@ class Trainer:
                                     loss="-", reward="-", tok_s="-")
                 while self.step < c.steps:
                     record = {**self.train_step(), **self._last_rollouts,
-                              "lake_rows_skipped": sum(s.skipped for s in self.lake_streams.values())}
+                              "lake_rows_skipped": sum(s.skipped for s in self.lake_streams.values()),
+                              "ref_cache_mismatch": sum(s.ref_recomputed for s in self.lake_streams.values())}
                     if c.eval_every and self.step % c.eval_every == 0:
                         record.update(self.evaluate())
                     metrics_log.log(record)

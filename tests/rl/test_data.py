@@ -77,10 +77,12 @@ def lake(tmp_path_factory, policy) -> Lake:
                     "ORDER BY trajectory_id").to_pylist()
     tok = tokenizer_id(policy)
     cached = []
-    for row in rows[::2]:
+    for i, row in enumerate(rows[::2]):
         prompt_ids, response_ids, _ = trajectory_token_ids(policy, tok, row)
+        backend, dtype = ("transformers", "bfloat16") if i == 0 else policy.precision  # one of another precision
         cached.append({"trajectory_id": row["trajectory_id"], "model_id": pi0, "tokenizer_id": tok,
-                       "token_ids": response_ids, "logprobs": policy.score([prompt_ids], [response_ids])[0]})
+                       "token_ids": response_ids, "logprobs": policy.score([prompt_ids], [response_ids])[0],
+                       "backend": backend, "dtype": dtype})
     mc_row = next(r for r in rows if r["prompt_id"] == "countdown/3/1")
     # PTS also records S(0) and S(T) = 1 (n = 1) at the ends: only the searched positions between are MC targets
     end = len(trajectory_token_ids(policy, tok, mc_row)[1])
@@ -148,8 +150,12 @@ def test_examples_carry_rewards_q0_cached_log_probs_and_mc_targets(lake, policy)
     prompt_ids, response_ids, tokenized = trajectory_token_ids(policy, tokenizer_id(policy), row)
     assert tokenized and (e.prompt_ids, e.response_ids) == (prompt_ids, response_ids)
 
-    examples = make_stream(lake, policy).take(stream.size if stream.size > 8 else 8)
-    cached = {r["trajectory_id"] for r in lake.sql("SELECT trajectory_id FROM logprobs", "pinned").to_pylist()}
+    everything = make_stream(lake, policy)
+    examples = everything.take(everything.size)
+    backend, dtype = policy.precision
+    cached = {r["trajectory_id"] for r in lake.sql(
+        f"SELECT trajectory_id FROM logprobs WHERE backend = '{backend}' AND dtype = '{dtype}'", "pinned").to_pylist()}
+    assert cached and everything.ref_recomputed == 1  # the bfloat16 row is scored live by the float32 trainer
     for e in examples:
         assert (e.ref_logprobs is not None) == (e.trajectory_id in cached)
         assert e.ref_logprobs is None or len(e.ref_logprobs) == len(e.response_ids)

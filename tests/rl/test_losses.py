@@ -108,6 +108,10 @@ def test_advantage_ce_hand_value():
     # Σ log-ratio = 0.5 and 0.0; targets σ((r − q0)/β) = σ(0.4) and σ(−0.8)
     expected = [bce(0.5, sigmoid(0.4)), math.log(2.0)]
     torch.testing.assert_close(out.per_sequence, torch.tensor(expected, dtype=torch.float64))
+    # advantage_scale s warps both sides by σ(·/(sβ)): logits and target logits divide by s
+    scaled = spo_loss(**batch(), objective="advantage", loss="ce", advantage_scale=2.0)
+    expected = [bce(0.25, sigmoid(0.2)), math.log(2.0)]
+    torch.testing.assert_close(scaled.per_sequence, torch.tensor(expected, dtype=torch.float64))
 
 
 def mc_inputs():
