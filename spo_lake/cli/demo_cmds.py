@@ -8,17 +8,32 @@ import typer
 from spo_lake.cli.common import console, user_errors
 
 
+def _seeds(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"--seeds takes comma-separated integers, got {text!r}") from None
+    if len(set(seeds)) != len(seeds):
+        raise typer.BadParameter(f"--seeds repeats a seed: {text!r}")
+    return seeds
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
-    def demo(out: Path = typer.Option(Path("demo-out"), help="where the lake, models, runs, report and plots go"),
-             quick: bool = typer.Option(False, "--quick", help="smaller everything (~3 min instead of ~15)"),
-             seed: int = typer.Option(0, help="seed of problems, models, sampling and training")) -> None:
-        """Build a lake with the quickstart recipe, train PPO and three SPO variants from its snapshot, compare
-        pass@1/pass@10 on held-out prompts, and write a report with plots. Re-running continues where it stopped."""
+    def demo(out: Path = typer.Option(Path("demo-out"), help="where the lakes, models, runs, report and plots go"),
+             quick: bool = typer.Option(False, "--quick", help="one small seed (~3 min) instead of the full demo"),
+             seeds: str = typer.Option(None, help="comma-separated seeds; default 0,1,2 (full) or 0 (--quick)"),
+             seed: int = typer.Option(None, hidden=True, help="one seed (old spelling of --seeds N)")) -> None:
+        """Per seed: build a lake with the quickstart recipe, train PPO and three SPO variants from its snapshot,
+        evaluate π0 and every method on held-out and training prompts. Then a report over the seeds: mean ± std,
+        the paper's claims as paired differences with bootstrap intervals, plots. Re-running continues."""
         from spo_lake.cli.train_cmds import quiet_transformers
         from spo_lake.demo.run import run_demo
 
         quiet_transformers()
-        run_demo(out, quick=quick, seed=seed, log=console.print)
+        chosen = _seeds(seeds) or ((seed,) if seed is not None else None)
+        run_demo(out, quick=quick, seeds=chosen, log=console.print)
         console.print(f"report: {out / 'report.md'}; plots: {out / 'pass_at_k.png'}, {out / 'pts_curve.png'}")

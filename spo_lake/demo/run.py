@@ -1,12 +1,15 @@
-"""`spolake demo`: the paper's experiment end to end on CPU, at toy scale.
+"""`spolake demo`: the paper's experiment end to end on CPU, at toy scale, over several seeds.
 
+For each seed S, in DIR/seed-S (re-running continues where it stopped):
 1. the quickstart recipe builds the lake: tiny π0 and a "CoT-like" tiny model, countdown problems with solver
    solutions, reference and CoT samples, evaluate, dedup, Q0, PTS, cached reference log-probs, a snapshot;
 2. four training runs from that snapshot with the same online sample budget (PPO; SPO online; SPO half-online,
    50 % lake; SPO with Monte-Carlo targets, 50/25/25), each a `spolake train` child process so its wall time and peak
    memory are its own;
-3. pass@1 / pass@10 on held-out prompts (20 samples, temperature 0.4, top-p 0.95) during and after training;
-4. a paper-style table, a markdown report, metrics and plots in --out.
+3. every run evaluates π0 at step 0 and itself every `eval_every` steps: pass@1 / pass@10 on held-out prompts and
+   on training prompts (20 samples, temperature 0.4, top-p 0.95), with per-prompt counts kept for paired tests.
+Then over the seeds: mean ± std per method with π0 as its own row, and every claim of the paper as a paired
+difference with a 95 % bootstrap interval (spo_lake.demo.stats), in report.md, demo_metrics.json and the plots.
 """
 from __future__ import annotations
 
@@ -17,12 +20,13 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from spo_lake.lake import Lake
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "quickstart.toml"
+PI0 = "π0"
 
 
 @dataclass(frozen=True)
@@ -39,16 +43,18 @@ class DemoScale:
     pts_trajectories: int  # PTS is the costliest step: search this many successful trajectories
     train_steps: int
     online_per_step: int  # online rollouts per step: the same budget for every method
+    lr: float
     eval_every: int
     eval_max_prompts: int
 
 
-QUICK = DemoScale(train_prompts=48, eval_prompts=24, tiny_steps=300, reference_samples=2, cot_samples=1,
-                  q0_samples=16, pts_rollouts=4, pts_trajectories=6, train_steps=12, online_per_step=8,
-                  eval_every=6, eval_max_prompts=24)
-FULL = DemoScale(train_prompts=200, eval_prompts=60, tiny_steps=500, reference_samples=4, cot_samples=2,
-                 q0_samples=64, pts_rollouts=8, pts_trajectories=40, train_steps=60, online_per_step=16,
-                 eval_every=10, eval_max_prompts=60)
+QUICK = DemoScale(train_prompts=300, eval_prompts=40, tiny_steps=300, reference_samples=2, cot_samples=1,
+                  q0_samples=8, pts_rollouts=4, pts_trajectories=6, train_steps=30, online_per_step=16, lr=3e-4,
+                  eval_every=15, eval_max_prompts=40)
+FULL = DemoScale(train_prompts=2000, eval_prompts=100, tiny_steps=500, reference_samples=2, cot_samples=1,
+                 q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=150, online_per_step=16, lr=3e-4,
+                 eval_every=50, eval_max_prompts=100)
+FULL_SEEDS = (0, 1, 2)
 
 # Lake streams select from the snapshot: correct, one row per distinct program (dedup), any source but the runs'.
 OFFLINE_WHERE = "passed AND NOT duplicate"
@@ -69,6 +75,14 @@ def methods(scale: DemoScale) -> dict[str, dict[str, Any]]:
     }
 
 
+def train_where(seed: int) -> str:
+    return f"p.prompt_id LIKE 'countdown/{seed}/%'"
+
+
+def held_out_where(seed: int) -> str:
+    return f"p.prompt_id LIKE 'countdown/{1000 + seed}/%'"
+
+
 def recipe_vars(out: Path, scale: DemoScale, seed: int) -> dict[str, str]:
     every = max(1, scale.reference_samples * scale.train_prompts // max(scale.pts_trajectories, 1))
     return {
@@ -85,12 +99,11 @@ def run_config(name: str, method: dict[str, Any], out: Path, scale: DemoScale, s
     pi0 = str(out / "models" / "pi0")
     return {
         "model": pi0, "reference": pi0, "snapshot": f"demo-{seed}", "steps": scale.train_steps,
-        "lr": 1e-4, "warmup_steps": 2, "model_update_interval": 2, "max_new_tokens": 48,
-        "prompts_where": f"p.prompt_id LIKE 'countdown/{seed}/%'",
-        "eval_every": scale.eval_every, "eval_where": f"p.prompt_id LIKE 'countdown/{1000 + seed}/%'",
-        "eval_max_prompts": scale.eval_max_prompts, "eval_n": 20, "eval_k": [1, 10],
-        "run_dir": str(out / "runs"), "run_name": f"{_slug(name)}-s{seed}", "seed": seed, "device": "cpu",
-        "checkpoint_every": 0, **method,
+        "lr": scale.lr, "warmup_steps": 5, "model_update_interval": 2, "max_new_tokens": 48,
+        "prompts_where": train_where(seed), "eval_every": scale.eval_every, "eval_where": held_out_where(seed),
+        "eval_train_where": train_where(seed), "eval_max_prompts": scale.eval_max_prompts, "eval_n": 20,
+        "eval_k": [1, 10], "run_dir": str(out / "runs"), "run_name": f"{_slug(name)}-s{seed}", "seed": seed,
+        "device": "cpu", "checkpoint_every": 0, **method,
     }
 
 
@@ -111,44 +124,74 @@ def _toml(config: dict[str, Any]) -> str:
 
 @dataclass
 class MethodResult:
+    """One training run's outcome: the last evaluation, its curve, and its cost."""
+
     method: str
     run_id: str
-    pass1: float | None
-    pass10: float | None
+    final: dict[str, float]  # pass@1, pass@10 on held-out prompts at the last step; train/pass@k on training prompts
+    curve: list[dict[str, float]]  # every evaluation, step 0 (π0) included
     wall_s: float
+    step_s: float  # mean seconds per training step (evaluations excluded)
     peak_rss_mb: float
     online_samples: int
-    curve: list[dict[str, float]]
+    resumed: bool  # the run continued an earlier, interrupted one: its wall time covers only the continuation
 
     @property
     def gap(self) -> float | None:
-        return None if self.pass1 is None or self.pass10 is None else self.pass10 - self.pass1
+        return self.final["pass@10"] - self.final["pass@1"] if self.final else None
 
 
-def train_method(lake_path: str, name: str, config: dict[str, Any], online_samples: int, out: Path, log) -> MethodResult:
+def train_method(lake_path: str, name: str, config: dict[str, Any], online_samples: int, out: Path,
+                 log: Callable[[str], None]) -> MethodResult:
     """One `spolake train` child; wall time and peak RSS from os.wait4 are that run's alone."""
     config_path = out / "configs" / f"{config['run_name']}.toml"
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(_toml(config))
     run_dir = Path(config["run_dir"]) / config["run_name"]
     cmd = [sys.executable, "-m", "spo_lake.cli.app", "--lake", lake_path, "train", "--config", str(config_path)]
-    if run_dir.exists():  # a re-run continues (or just reloads) the finished/killed run
+    resumed = run_dir.exists()
+    if resumed:  # a re-run continues the killed run
         cmd = cmd[:-2] + ["--resume", str(run_dir)]
     log(f"[bold]{name}[/bold]: {' '.join(cmd[2:])}")
     started = time.perf_counter()
     proc = subprocess.Popen(cmd)
     _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name}: training exited with {proc.returncode}")
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{name}: training exited with {os.waitstatus_to_exitcode(status)}")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    curve = [{"step": r["step"], "pass@1": r["pass@1"], "pass@10": r["pass@10"]} for r in records if "pass@10" in r]
-    last = curve[-1] if curve else {}
-    return MethodResult(name, config["run_name"], last.get("pass@1"), last.get("pass@10"),
-                        time.perf_counter() - started, usage.ru_maxrss / 1024, online_samples, curve)
+    curve = [{k: v for k, v in r.items() if k == "step" or "pass@" in k} for r in records if "pass@1" in r]
+    steps = [r["seconds"] for r in records if "seconds" in r]
+    return MethodResult(name, config["run_name"], curve[-1] if curve else {}, curve, time.perf_counter() - started,
+                        sum(steps) / max(len(steps), 1), usage.ru_maxrss / 1024, online_samples, resumed)
 
 
-def run_demo(out: Path, *, quick: bool = False, seed: int = 0, log=print) -> dict[str, Any]:
+def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None]) -> dict[str, Any]:
+    """Lake + four runs for one seed in `out`; the summary of a finished seed is kept (first timings win)."""
+    summary_path = out / "summary.json"
+    if summary_path.exists():
+        log(f"seed {seed}: finished earlier, reusing {summary_path}")
+        return json.loads(summary_path.read_text())
+    out.mkdir(parents=True, exist_ok=True)
+    lake_path = str(out / "lake")
+    lake = Lake.open(lake_path, create=True)
+    started = time.perf_counter()
+    log(f"[bold]seed {seed} · 1/2 building the lake[/bold] in {lake_path}")
+    steps = run_recipe(load_recipe(RECIPE, recipe_vars(out, scale, seed)), lake, log=log)
+    recipe_s = time.perf_counter() - started
+    log(f"[bold]seed {seed} · 2/2 training[/bold]: " + ", ".join(methods(scale)))
+    budget = scale.train_steps * scale.online_per_step
+    results = [train_method(lake_path, name, run_config(name, m, out, scale, seed), budget, out, log)
+               for name, m in methods(scale).items()]
+    summary = {"seed": seed, "recipe_steps": steps, "recipe_seconds": round(recipe_s, 1),
+               "total_seconds": round(time.perf_counter() - started, 1),
+               "methods": [{**asdict(r), "gap": r.gap} for r in results]}
+    summary_path.write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def run_demo(out: Path, *, quick: bool = False, seeds: tuple[int, ...] | None = None,
+             log: Callable[[str], None] = print) -> dict[str, Any]:
+    """All seeds, then the report over them; returns the aggregated summary (also in demo_metrics.json)."""
     from spo_lake.demo.report import write_report
 
     import torch
@@ -158,22 +201,10 @@ def run_demo(out: Path, *, quick: bool = False, seed: int = 0, log=print) -> dic
     torch.set_num_threads(1)
     os.environ["OMP_NUM_THREADS"] = "1"
     scale = QUICK if quick else FULL
+    seeds = seeds or ((0,) if quick else FULL_SEEDS)
     out = out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    lake_path = str(out / "lake")
-    lake = Lake.open(lake_path, create=True)
-    started = time.perf_counter()
-    log(f"[bold]1/3 building the lake[/bold] ({'quick' if quick else 'full'} mode, seed {seed}) in {lake_path}")
-    steps = run_recipe(load_recipe(RECIPE, recipe_vars(out, scale, seed)), lake, log=log)
-    recipe_s = time.perf_counter() - started
-    log("[bold]2/3 training[/bold]: " + ", ".join(methods(scale)))
-    budget = scale.train_steps * scale.online_per_step
-    results = [train_method(lake_path, name, run_config(name, m, out, scale, seed), budget, out, log)
-               for name, m in methods(scale).items()]
-    log("[bold]3/3 report[/bold]")
-    summary = {"seed": seed, "quick": quick, "scale": asdict(scale), "recipe_steps": steps,
-               "recipe_seconds": round(recipe_s, 1), "total_seconds": round(time.perf_counter() - started, 1),
-               "methods": [{**asdict(r), "gap": r.gap} for r in results]}
-    (out / "demo_metrics.json").write_text(json.dumps(summary, indent=2, default=str))
-    write_report(out, lake, summary, f"demo-{seed}")
-    return summary
+    per_seed = []
+    for i, seed in enumerate(seeds):
+        log(f"[bold]seed {seed}[/bold] ({i + 1}/{len(seeds)}, {'quick' if quick else 'full'} mode)")
+        per_seed.append(run_seed(out / f"seed-{seed}", scale, seed, log))
+    return write_report(out, per_seed, {"quick": quick, "scale": asdict(scale)})

@@ -285,13 +285,15 @@ class Lake:
             return pl.scan_delta(self.uri(table), version=version, storage_options=self.storage_options)
         return pl.scan_parquet(files, missing_columns="insert", extra_columns="ignore")
 
-    def sql(self, query: str, snapshot: str | Snapshot | None = None) -> pa.Table:
-        """Run DuckDB SQL with every table visible as a view at the snapshot's versions."""
+    def sql(self, query: str, snapshot: str | Snapshot | None = None,
+            params: dict[str, Any] | list[Any] | None = None) -> pa.Table:
+        """Run DuckDB SQL with every table visible as a view at the snapshot's versions; `params` bind `$name` (a
+        dict) or `?` (a list) placeholders, so values never need quoting into the query."""
         from spo_lake.lake.sql import connect, referenced_tables
 
         con = connect(self, snapshot, tables=referenced_tables(query))
         try:
-            rel = con.sql(query)
+            rel = con.sql(query, params=params)
             return rel.to_arrow_table() if rel is not None else pa.table({})
         finally:
             con.close()

@@ -98,7 +98,8 @@ class TrainConfig:
     value_coef: float = 0.5
     # evaluation (pass@k on held-out prompts)
     eval_every: int = 0  # steps; 0 = never during training
-    eval_where: str = ""  # SQL over `prompts`
+    eval_where: str = ""  # SQL over `prompts`: held-out prompts (also evaluated at step 0: π0's own figures)
+    eval_train_where: str = ""  # SQL over `prompts`: training prompts evaluated alongside (logged as train/pass@k)
     eval_max_prompts: int = 100
     eval_n: int = 20
     eval_k: list[int] = field(default_factory=lambda: [1, 10])

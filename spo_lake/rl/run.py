@@ -60,6 +60,7 @@ def manifest(config: dict[str, Any], run_id: str, snapshot: str, snapshot_versio
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     tmp.write_text(json.dumps(data, indent=2, default=str))
     os.replace(tmp, path)

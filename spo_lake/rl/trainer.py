@@ -115,6 +115,9 @@ class Trainer:
             self._load_checkpoint(self.checkpoint)
         self.eval_problems = select_problems(lake, config.eval_where, self.snapshot, config.eval_max_prompts) \
             if config.eval_every else []
+        self.train_eval_problems = select_problems(lake, config.eval_train_where, self.snapshot,
+                                                   config.eval_max_prompts) \
+            if config.eval_every and config.eval_train_where else []
 
     @classmethod
     def resume(cls, run_dir: str | Path, lake: Lake, overrides: list[str] | None = None,
@@ -275,11 +278,19 @@ class Trainer:
     # ------------------------------------------------------------------------------------- the loop
 
     def evaluate(self) -> dict[str, float]:
+        """pass@k on the held-out prompts (and on training prompts under `train/` when eval_train_where is set);
+        the per-prompt counts behind them go to evals/step-N.json (paired comparisons between runs need them)."""
         c = self.config
         settings = EvalSettings(c.eval_n, c.eval_temperature, c.eval_top_p, tuple(c.eval_k), c.max_new_tokens, c.seed)
         self.model.eval()
-        result = evaluate_policy(self.policy, self.eval_problems, settings, self.sandbox, c.judge_workers)
-        return result.metrics()
+        held_out = evaluate_policy(self.policy, self.eval_problems, settings, self.sandbox, c.judge_workers)
+        out, per_prompt = held_out.metrics(), {"held_out": held_out.per_problem}
+        if self.train_eval_problems:
+            train = evaluate_policy(self.policy, self.train_eval_problems, settings, self.sandbox, c.judge_workers)
+            out.update({f"train/{k}": v for k, v in train.metrics().items()})
+            per_prompt["train"] = train.per_problem
+        rundir.write_json_atomic(self.run_dir / "evals" / f"step-{self.step}.json", per_prompt)
+        return out
 
     def train(self) -> dict[str, Any]:
         """Run to config.steps; returns the last step's metrics (plus the last evaluation)."""
@@ -289,9 +300,12 @@ class Trainer:
         info = rundir.manifest(c.to_dict(), self.run_id, self.snapshot, snap.versions)
         rundir.write_json_atomic(self.run_dir / "manifest.json", info)
         self._runs_row("running", info, {})
-        metrics_log = rundir.MetricsLog(self.run_dir, resume_step=self.step if self.resuming else None)
+        # A run resumed before its first checkpoint starts over: nothing it logged is kept.
+        metrics_log = rundir.MetricsLog(self.run_dir, resume_step=(self.step or -1) if self.resuming else None)
         last: dict[str, Any] = {}
         try:
+            if c.eval_every and self.step == 0:  # π0 itself: every curve starts from the same point
+                metrics_log.log({"step": 0, **self.evaluate()})
             self._start_worker()
             with progress_bar("loss", "reward", "tok_s", disable=not self.show_progress) as bar:
                 task = bar.add_task(f"{c.algorithm} {self.run_id}", total=c.steps, completed=self.step,

@@ -1,12 +1,18 @@
-"""The demo's pieces that can be checked without training: equal online budgets, configs that load, the report."""
+"""The demo's pieces that can be checked without training: equal online budgets, configs that load, the statistics,
+the report over seeds (π0 row, claims with intervals, plots)."""
+import json
+import random
 
-from spo_lake.demo.report import pts_curve, table_rows, write_report
+import pytest
+
+from spo_lake.demo.report import CLAIMS, PI0, pts_curve, table_rows, write_report
 from spo_lake.demo.run import FULL, QUICK, _toml, methods, run_config
+from spo_lake.demo.stats import mean_std, paired_prompt_difference, paired_seed_difference
 from spo_lake.lake import Lake
 from spo_lake.rl.config import load_config, stream_counts
 
 
-def test_every_method_gets_the_same_online_budget(tmp_path):
+def test_every_method_gets_the_same_online_budget_and_the_paper_eval_settings(tmp_path):
     for scale in (QUICK, FULL):
         per_step = set()
         for name, method in methods(scale).items():
@@ -17,11 +23,74 @@ def test_every_method_gets_the_same_online_budget(tmp_path):
             per_step.add(counts["online"])
             assert config.seed == 3 and config.snapshot == "demo-3" and config.eval_n == 20
             assert config.eval_k == [1, 10] and config.eval_temperature == 0.4 and config.eval_top_p == 0.95
+            assert "countdown/1003/" in config.eval_where and "countdown/3/" in config.eval_train_where
         assert per_step == {scale.online_per_step}
 
 
-def test_report_has_the_table_plots_and_a_pts_curve(tmp_path):
+def test_paired_bootstrap_intervals():
+    rng = random.Random(0)
+    base = [{f"p{i}": rng.random() for i in range(50)} for _ in range(3)]
+    better = [{p: v + 0.1 for p, v in seed.items()} for seed in base]
+    up = paired_prompt_difference(better, base)
+    assert up.mean == pytest.approx(0.1) and up.low == pytest.approx(0.1) and up.verdict == "holds"
+    noisy = [{p: rng.random() for p in seed} for seed in base]
+    mixed = paired_prompt_difference(noisy, base)
+    assert mixed.low < mixed.mean < mixed.high and len(mixed.per_seed) == 3
+    assert paired_prompt_difference(base, better).verdict == "reversed"
+    with pytest.raises(ValueError, match="same, non-empty prompt set"):
+        paired_prompt_difference([{"a": 1.0}], [{"b": 1.0}])
+    seeds = paired_seed_difference([3.0, 4.0, 5.0], [1.0, 1.5, 2.0])
+    assert seeds.per_seed == (2.0, 2.5, 3.0) and seeds.verdict == "holds" and 2.0 <= seeds.low <= seeds.high <= 3.0
+    assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(2 ** 0.5)) and mean_std([5.0]) == (5.0, 0.0)
+
+
+def _fake_seed(out, seed: int, shift: dict[str, int]) -> dict:
+    """A finished seed: per-prompt eval counts (n = 20) at step 0 and 10 for each method, its summary."""
+    rng = random.Random(seed)
+    prompts = [f"countdown/{1000 + seed}/{i}" for i in range(30)]
+    base = {p: rng.randint(0, 12) for p in prompts}
+    results = []
+    for name in ["PPO", "SPO online", "SPO half-online", "SPO + MC (50/25/25)"]:
+        run_id = name.replace(" ", "-") + f"-s{seed}"
+        evals = out / f"seed-{seed}" / "runs" / run_id / "evals"
+        evals.mkdir(parents=True)
+        curve = []
+        for step, delta in ((0, 0), (10, shift[name])):
+            counts = [[p, 20, min(20, base[p] + delta)] for p in prompts]
+            (evals / f"step-{step}.json").write_text(json.dumps({"held_out": counts, "train": counts}))
+            p1 = sum(c for _, _, c in counts) / (20 * len(counts))
+            curve.append({"step": step, "pass@1": p1, "pass@10": min(1.0, 2 * p1), "train/pass@1": p1,
+                          "train/pass@10": min(1.0, 2 * p1)})
+        results.append({"method": name, "run_id": run_id, "final": curve[-1], "curve": curve, "wall_s": 10.0,
+                        "step_s": 2.0 if name == "PPO" else 1.0, "peak_rss_mb": 900.0 if name == "PPO" else 800.0,
+                        "online_samples": 96, "resumed": False, "gap": curve[-1]["pass@10"] - curve[-1]["pass@1"]})
+    return {"seed": seed, "recipe_steps": [{"step": "snapshot", "summary": "ok", "seconds": 0.1}],
+            "recipe_seconds": 1.0, "total_seconds": 2.0, "methods": results}
+
+
+def test_report_over_seeds_has_pi0_the_claims_and_plots(tmp_path):
+    shift = {"PPO": 0, "SPO online": 1, "SPO half-online": 3, "SPO + MC (50/25/25)": 3}
+    seeds = [_fake_seed(tmp_path, s, shift) for s in (0, 1)]
+    lake = Lake.init(tmp_path / "seed-0" / "lake")
+    lake.snapshot("demo-0")
+    summary = write_report(tmp_path, seeds, {"quick": True, "scale": {}})
+    rows = table_rows(seeds)
+    assert [r[0] for r in rows] == [PI0, "PPO", "SPO online", "SPO half-online", "SPO + MC (50/25/25)"]
+    verdicts = {c["text"]: c["verdict"] for c in summary["claims"]}
+    assert len(verdicts) == len(CLAIMS)
+    assert verdicts["SPO half-online pass@1 > π0 pass@1 (RL improves the model)"] == "holds"
+    assert verdicts["PPO pass@1 > π0 pass@1"] == "not shown"  # identical counts: a zero difference
+    assert verdicts["Monte-Carlo targets help (pass@10)"] == "not shown"
+    assert verdicts["SPO steps faster than PPO (seconds per step, lower is better)"] == "holds"
+    report = (tmp_path / "report.md").read_text()
+    assert "| π0 |" in report and "**holds**" in report and "**not shown**" in report
+    assert (tmp_path / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "demo_metrics.json").read_text())["claims"][0]["verdict"] == "holds"
+
+
+def test_pts_curve_reads_the_most_pivotal_trajectory_with_its_prompt(tmp_path):
     lake = Lake.init(tmp_path / "lake")
+    lake.append("prompts", [{"prompt_id": "p", "task": "countdown", "prompt": "reach 3 from 1, 2"}])
     lake.append("trajectories", [{"trajectory_id": "t1", "prompt_id": "p", "source": "reference",
                                   "response_text": "1+2", "response_hash": "h"}])
     lake.append("values", [{"prompt_id": "p", "trajectory_id": "t1", "position": pos, "model_id": "m",
@@ -31,13 +100,4 @@ def test_report_has_the_table_plots_and_a_pts_curve(tmp_path):
     lake.snapshot("demo-0")
     curve = pts_curve(lake, "demo-0")
     assert [p["s"] for p in curve["points"]] == [0.0, 0.75, 1.0] and len(curve["pivots"]) == 1
-    methods_ = [{"method": m, "pass1": 0.2, "pass10": 0.5, "gap": 0.3, "wall_s": 10.0, "peak_rss_mb": 900.0,
-                 "online_samples": 96, "curve": [{"step": 6, "pass@1": 0.1, "pass@10": 0.4},
-                                                 {"step": 12, "pass@1": 0.2, "pass@10": 0.5}]} for m in ("A", "B")]
-    summary = {"seed": 0, "quick": True, "recipe_seconds": 1.0, "total_seconds": 2.0, "methods": methods_,
-               "recipe_steps": [{"step": "snapshot", "summary": "ok", "seconds": 0.1}]}
-    report = write_report(tmp_path, lake, summary, "demo-0").read_text()
-    assert "| A | 0.200 | 0.500 | 0.300 |" in report and "pts_curve.png" in report
-    for png in ("pass_at_k.png", "pts_curve.png"):
-        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert table_rows([{**methods_[0], "pass1": None, "gap": None}])[0][1] == "–"
+    assert curve["prompt"] == "reach 3 from 1, 2" and curve["response"] == "1+2"

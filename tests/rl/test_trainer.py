@@ -173,6 +173,25 @@ def test_ppo_at_zero_staleness_has_ratio_one_and_clips_nothing_even_with_tempere
     assert first["clip_fraction"] == 0.0
 
 
+def test_evaluation_starts_at_step_0_with_pi0_on_held_out_and_training_prompts(lake, policy, tiny_model_dir, tmp_path):
+    lines = config_lines(str(tiny_model_dir), tmp_path, steps=2, write_back=False, eval_every=2, eval_n=4,
+                         eval_k=[1, 2], eval_where="p.prompt_id IN ('countdown/0/2', 'countdown/0/3')",
+                         eval_train_where="p.prompt_id IN ('countdown/0/0', 'countdown/0/1')")
+    trainer = Trainer(load_config(None, lines), lake, show_progress=False)
+    trainer.train()
+    evals = [m for m in read_metrics(trainer.run_dir) if "pass@1" in m]
+    assert [m["step"] for m in evals] == [0, 2]
+    settings = EvalSettings(4, 0.4, 0.95, (1, 2), MAX_NEW_TOKENS, 0)
+    held_out = select_problems(lake, "p.prompt_id IN ('countdown/0/2', 'countdown/0/3')", "base")
+    pi0 = evaluate_policy(policy, held_out, settings, trainer.sandbox, 1).metrics()
+    assert evals[0]["pass@1"] == pi0["pass@1"] and evals[0]["pass@2"] == pi0["pass@2"]  # step 0 is π0 itself
+    assert all({"train/pass@1", "train/pass@2", "train/eval_reward"} <= set(m) for m in evals)
+    counts = json.loads((trainer.run_dir / "evals" / "step-0.json").read_text())
+    assert [pid for pid, _, _ in counts["held_out"]] == ["countdown/0/2", "countdown/0/3"]
+    assert sum(c for _, _, c in counts["held_out"]) / 8 == pytest.approx(pi0["pass@1"])
+    assert [pid for pid, _, _ in counts["train"]] == ["countdown/0/0", "countdown/0/1"]
+
+
 def test_a_non_finite_gradient_skips_the_update_instead_of_poisoning_the_weights(lake, policy, tiny_model_dir, tmp_path):
     trainer = Trainer(load_config(None, config_lines(str(tiny_model_dir), tmp_path, write_back=False)), lake,
                       show_progress=False)
