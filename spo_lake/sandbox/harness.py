@@ -44,8 +44,7 @@ import types
 PRELOADED = ("bisect", "collections", "functools", "heapq", "itertools", "math", "re", "string", "typing")
 FIRST_TEST_UID = 1 << 30  # far above real users; a random one of 2**24 per sample
 POLL_S = 0.01  # how often the zygote counts the files of a running sample
-CLEAN_BUDGET = 200_000  # directory entries a clean-up may touch...
-CLEAN_SECONDS = 5.0  # ...and the time it may take, before the sandbox is given up
+CLEAN_SECONDS = 2.0  # the time a clean-up may take (and the spawn's "clean_entries" the entries it may touch)
 
 
 class Lines:
@@ -95,7 +94,7 @@ def files_in(base):
     return stat.f_files - stat.f_ffree
 
 
-def clean(base):
+def clean(base, budget):
     """Empty `base` without recursion: each directory's entries are moved up into `base`, then it is removed, so
     depth costs nothing and every entry is touched about twice. False when the budget ran out or something
     could not be removed; the host then replaces the sandbox."""
@@ -110,7 +109,7 @@ def clean(base):
                 return True
             for name, is_dir in batch:
                 touched += 1
-                if touched > CLEAN_BUDGET or time.monotonic() > deadline:
+                if touched > budget or time.monotonic() > deadline:
                     return False
                 if not is_dir:
                     os.unlink(name, dir_fd=top)
@@ -172,7 +171,8 @@ def supervise(pid, control, limits, base, own_pidns):
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
     kill_leftovers(pid, own_pidns)
-    report = {"exit_code": os.waitstatus_to_exitcode(status), "files_exceeded": files_exceeded, "clean": clean(base)}
+    report = {"exit_code": os.waitstatus_to_exitcode(status), "files_exceeded": files_exceeded,
+              "clean": clean(base, limits["clean_entries"])}
     return report, host_gone
 
 

@@ -115,12 +115,13 @@ class _Sample:
 class Sandbox:
     """bwrap around the zygote, started on the first run and replaced after any trouble."""
 
-    def __init__(self, mode: str = "bwrap", tmpfs_mb: int = 256):
+    def __init__(self, mode: str = "bwrap", tmpfs_mb: int = 256, cgroups: bool = True):
+        """`cgroups=False` keeps this sandbox on the rlimits fallback whatever the machine offers (for comparison)."""
         if mode not in MODES:
             raise ValueError(f"unknown sandbox mode {mode!r}; expected one of {', '.join(MODES)}")
         if mode == "none":
             warnings.warn("sandbox mode 'none': untrusted code runs WITHOUT isolation", RuntimeWarning, stacklevel=2)
-        self.mode, self.tmpfs_mb = mode, tmpfs_mb
+        self.mode, self.tmpfs_mb, self.cgroups = mode, tmpfs_mb, cgroups
         self._proc: subprocess.Popen | None = None
         self._fds: dict[str, int] = {}
         self._cgroup: Cgroup | None = None
@@ -188,7 +189,7 @@ class Sandbox:
         spawn = {
             "memory_mb": limits.memory_mb, "cpu_s": int(cpu_s) + 1, "max_processes": limits.max_processes,
             "max_open_files": limits.max_open_files, "max_files": limits.max_files,
-            "max_file_bytes": limits.max_output_bytes,
+            "max_file_bytes": limits.max_output_bytes, "clean_entries": 4 * limits.max_files + 1000,
         }
         if not self._send_control({"spawn": spawn}):
             self.close()
@@ -361,7 +362,7 @@ class Sandbox:
             command = python_command(HARNESS_SOURCE, SANDBOX_TMP, json.dumps(inside), own_pidns=True,
                                      drop_uid=running_as_root())
             argv, env = bwrap_command(command, tmpfs_mb=self.tmpfs_mb, seccomp_fd=seccomp_fd), {}
-            self._cgroup = new_cgroup()
+            self._cgroup = new_cgroup() if self.cgroups else None
             if self._cgroup is not None:
                 if not self._limit_group(limits):
                     self._cgroup.remove()

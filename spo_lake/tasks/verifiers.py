@@ -239,4 +239,6 @@ def _arguments(value: Any) -> list[Any]:
 
 
 def _short(text: str) -> str:
-    return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 3] + "..."
+    """At most DETAIL_CHARS of valid text (a program's message may hold lone surrogates)."""
+    text = text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 3] + "..."
+    return text.encode("utf-8", "replace").decode("utf-8")
