@@ -281,16 +281,18 @@ def print_traceback(error):
 def answer_call(function, args):
     """The reply to one call: {"value"}, {"unserialisable"} or {"error"} (its traceback goes to stderr)."""
     try:
-        reply = {"value": encode(function(*decode(args)))}
-        message_line(reply)  # json itself may refuse it (an int of more than 4300 digits)
-        return reply
-    except (Unserialisable, ValueError, RecursionError) as error:
-        return {"unserialisable": f"{type(error).__name__}: {error}"}
+        value = function(*decode(args))
     except SystemExit:
         return {"error": "SystemExit: the function exited instead of returning"}
     except BaseException as error:
         print_traceback(error)
         return {"error": f"{type(error).__name__}: {error}"}
+    try:
+        reply = {"value": encode(value)}
+        message_line(reply)  # json itself may refuse it (an int of more than 4300 digits)
+        return reply
+    except (Unserialisable, ValueError, RecursionError) as error:
+        return {"unserialisable": f"{type(error).__name__}: {error}"}
 
 
 def answer_calls(function, data):

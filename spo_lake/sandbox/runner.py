@@ -527,9 +527,12 @@ def _collect(sample: _Sample, channel: str, chunk: bytes) -> None:
         if sample.stderr_bytes > limit and not sample.overflow:
             sample.overflow = f"wrote more than {limit} bytes to stderr"
     else:
-        *lines, rest = (sample.data + chunk).split(b"\n")
-        sample.messages += lines
-        sample.data = bytearray(rest)
+        if b"\n" in chunk:  # split only what just came: a long line costs linear time, not quadratic
+            first, *lines, rest = chunk.split(b"\n")
+            sample.messages += [bytes(sample.data + first), *lines]
+            sample.data = bytearray(rest)
+        else:
+            sample.data += chunk
         if len(sample.data) > limit and not sample.overflow:
             sample.overflow = f"returned more than {limit} bytes"
 
