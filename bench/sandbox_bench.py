@@ -91,7 +91,8 @@ def live_descendants_cpu_s() -> float:
 def bench_ours(problems: list[dict[str, Any]], workers: int, timeout_s: float) -> Measurement:
     def verify(problem: dict[str, Any]) -> bool:
         code = problem["prompt"] + problem["canonical_solution"]
-        return verify_humaneval(code, problem["test"], problem["entry_point"], timeout_s=timeout_s).passed
+        return verify_humaneval(code, problem["test"], problem["entry_point"], prompt=problem["prompt"],
+                                timeout_s=timeout_s).passed
 
     started, cpu_before = time.perf_counter(), own_cpu_s()
     with SandboxPool(workers) as pool:  # sandbox start-up included in the time

@@ -1,7 +1,8 @@
 """`spolake evaluate`: judge every trajectory that its task's verifier has not judged yet.
 
 Incremental and resumable: the pending set is computed against the `evaluations` table, and verdicts are committed
-in buffered batches while the run goes on, so a killed run loses at most one buffer of work.
+in buffered batches while the run goes on, so a killed run loses at most one buffer of work. Every selected
+trajectory gets a verdict, a failed judgment included (`sandbox_error`), so nothing stays pending forever.
 """
 from __future__ import annotations
 
@@ -28,9 +29,14 @@ class EvaluateReport:
 def evaluation_row(trajectory_id: str, verifier: str, v: Verdict) -> dict[str, Any]:
     return {
         "trajectory_id": trajectory_id, "verifier": verifier, "passed": v.passed, "reward": v.reward,
-        "verdict": v.verdict, "first_failing_test": v.first_failing_test, "detail": v.detail[:2000],
-        "duration_s": v.duration_s, "extraction": v.extracted_code,
+        "verdict": v.verdict, "first_failing_test": v.first_failing_test, "detail": _text(v.detail[:2000]),
+        "duration_s": v.duration_s, "extraction": _text(v.extracted_code),
     }
+
+
+def _text(value: str) -> str:
+    """Valid UTF-8 whatever a program made of it (a lone surrogate would fail the whole write)."""
+    return value.encode("utf-8", "replace").decode("utf-8")
 
 
 def pending(lake: Lake, where: str | None = None) -> tuple[list[tuple[str, str, Problem, str]], int]:

@@ -1,4 +1,8 @@
-"""Judge many (problem, response) pairs in parallel, each task with its own verifier, all inside the sandbox."""
+"""Judge many (problem, response) pairs in parallel, each task with its own verifier, all inside the sandbox.
+
+A batch always finishes: whatever goes wrong while judging one pair (short of the sandbox being unavailable on this
+machine, which is a set-up error) becomes that pair's `sandbox_error` verdict, so it is recorded rather than lost.
+"""
 from __future__ import annotations
 
 import os
@@ -6,6 +10,7 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable, Sequence
 
+from spo_lake.sandbox import SandboxUnavailable
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
 
 CHUNK = 64  # pairs per job for tasks that verify many answers in one sandboxed process
@@ -30,8 +35,13 @@ def judge_many(items: Sequence[tuple[Problem, str]], options: SandboxOptions, wo
     def run(job: list[int]) -> list[Verdict]:
         task = get_task(items[job[0]][0].task)
         if hasattr(task, "verify_many"):
-            return task.verify_many([items[i] for i in job], options)
-        return [task.verify(items[i][0], items[i][1], options) for i in job]
+            try:
+                return task.verify_many([items[i] for i in job], options)
+            except SandboxUnavailable:
+                raise
+            except Exception:
+                pass  # judged one by one below, so that only the pair at fault fails
+        return [judge_one(task, items[i][0], items[i][1], options) for i in job]
 
     out: list[Verdict | None] = [None] * len(items)
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -43,3 +53,14 @@ def judge_many(items: Sequence[tuple[Problem, str]], options: SandboxOptions, wo
             if on_done:
                 on_done(job, verdicts)
     return [v for v in out if v is not None]
+
+
+def judge_one(task, problem: Problem, response: str, options: SandboxOptions) -> Verdict:
+    """`task.verify`, with any failure of the judging itself as this pair's `sandbox_error` verdict."""
+    try:
+        return task.verify(problem, response, options)
+    except SandboxUnavailable:
+        raise
+    except Exception as error:
+        return Verdict(passed=False, verdict="sandbox_error", detail=f"judging failed: {type(error).__name__}: "
+                                                                     f"{error}"[:500])

@@ -2,7 +2,8 @@
 
 Inside the sandbox there is no network (fresh net namespace), no other process (pid namespace), no host
 IPC or hostname, and a filesystem of read-only system directories, the interpreter's own prefix,
-/proc, a read-only minimal /dev and one size-capped private tmpfs at /tmp. No home, no lake, no project
+/proc, a read-only minimal /dev and one size-capped private tmpfs at /tmp (every sample's writable working
+directory, emptied after each; the harness caps its file count). No home, no lake, no project
 checkout, no /etc beyond the dynamic loader's cache. The environment is cleared. The root is read-only.
 
 Running as real root changes one thing: a user namespace would map the sandbox to host uid 0, which the
@@ -26,7 +27,7 @@ INSTALL_HINT = (
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64")
 SYSTEM_FILES = ("/etc/ld.so.cache",)  # the loader's index of /usr libraries: no secrets in it
 HARNESS_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_DAC_OVERRIDE", "CAP_FOWNER")
-SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp/work"}
+SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp"}
 SANDBOX_TMP = "/tmp"
 
 
@@ -43,10 +44,10 @@ def interpreter() -> tuple[str, str]:
     return executable, prefix
 
 
-def python_command(harness_source: str, base: str, *, own_pidns: bool, drop_uid: bool) -> list[str]:
+def python_command(harness_source: str, base: str, fds: str, *, own_pidns: bool, drop_uid: bool) -> list[str]:
     """The interpreter running the harness: isolated (-I), no site-packages (-S), no bytecode writes (-B)."""
     executable, _ = interpreter()
-    return [executable, "-I", "-S", "-B", "-c", harness_source, base, str(int(own_pidns)), str(int(drop_uid))]
+    return [executable, "-I", "-S", "-B", "-c", harness_source, base, str(int(own_pidns)), str(int(drop_uid)), fds]
 
 
 def require_bwrap() -> str:

@@ -326,7 +326,8 @@ def _evaluate_in_sandbox(expressions: list[str], options: SandboxOptions) -> lis
     try:
         values = json.loads(result.stdout)
         assert isinstance(values, list) and len(values) == len(expressions)
-    except (ValueError, AssertionError):
+        assert all(isinstance(v, list) and len(v) == 2 and (v[0] is None or type(v[0]) is float) for v in values)
+    except (ValueError, AssertionError, RecursionError):  # read defensively, like everything from the sandbox
         return [_Evaluated(None, "sandbox_error", "unreadable harness output", share) for _ in expressions]
     return [
         _Evaluated(value, "ok", "", share) if error is None else _Evaluated(None, "runtime_error", str(error), share)

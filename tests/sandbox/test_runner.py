@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from spo_lake.sandbox import Job, Limits, Sandbox, SandboxPool, SandboxUnavailable, run_many, run_python
+from spo_lake.sandbox import CallFailed, Job, Limits, Sandbox, SandboxPool, SandboxUnavailable, run_many, run_python
 from spo_lake.sandbox.seccomp import seccomp_filter
 
 from .conftest import descendants, requires_bwrap
@@ -88,13 +88,20 @@ def test_sandbox_is_reused_and_every_run_gets_the_same_limits(sandbox: Sandbox):
     assert {r.stdout for r in results} == {f"({300 << 20}, {300 << 20})\n"}
 
 
-def test_call_jobs_return_values_and_must_finish(sandbox: Sandbox):
-    called = sandbox.run(Job("class Solution:\n    def twice(self, x):\n        return (x, x)\n", fn_name="twice", args=[4]))
-    assert (called.verdict, called.value) == ("ok", [4, 4])
-    missing = sandbox.run(Job("x = 1\n", fn_name="twice", args=[4]))
-    assert missing.verdict == "runtime_error" and "twice" in missing.detail
-    early = sandbox.run(Job("exit(0)\nprint('never')\n", must_finish=True))
-    assert (early.exit_code, early.verdict) == (0, "runtime_error")
+def test_sessions_call_functions_with_data_and_failures_stick(sandbox: Sandbox):
+    source = "class Solution:\n    def twice(self, x):\n        return (x, [x], {x: {x}})\n"
+    with sandbox.session(source, "twice", Limits(timeout_s=2)) as session:
+        assert session.call(4) == (4, [4], {4: {4}})
+        assert session.call_many([[1], ["a"]]) == [(1, [1], {1: {1}}), ("a", ["a"], {"a": {"a"}})]
+    with sandbox.session("x = 1\n", "twice") as missing:
+        with pytest.raises(CallFailed, match="runtime_error.*twice"):
+            missing.call(4)
+    with sandbox.session("def twice(x):\n    exit(0)\n", "twice") as early:
+        with pytest.raises(CallFailed) as failure:
+            early.call(4)
+        assert failure.value.verdict == "runtime_error"
+        with pytest.raises(CallFailed):
+            early.call(5)  # sticky: the session is over
 
 
 def test_run_many_keeps_order_and_closes_its_sandboxes():

