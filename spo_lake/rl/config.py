@@ -58,6 +58,7 @@ class TrainConfig:
     objective: str = "terminal"
     loss: str = "ce"
     beta: float = PAPER_BETA
+    q0_prior: float = 0.0  # Beta(a, a) pseudo-counts on π0's Monte-Carlo success rate: S0 = (s + a)/(n + 2a); 0 = s/n
     ce_eps: float = 1e-6  # CE loss: Q/β is clipped to ≤ −ce_eps in the forward pass (straight-through), §3.1.1
     advantage_scale: float = 1.0  # advantage objective: both sides warped by σ(·/(advantage_scale·β))
     # data
@@ -150,7 +151,8 @@ def validate(c: TrainConfig) -> TrainConfig:
     for key in ("steps", "batch_size", "grad_accum", "model_update_interval", "samples_per_prompt", "max_new_tokens",
                 "max_response_tokens", "page_size", "eval_n", "judge_workers", "flush_rows", "score_batch_size"):
         _check(getattr(c, key) >= 1, f"config: {key} must be >= 1, got {getattr(c, key)}")
-    for key in ("warmup_steps", "eval_every", "checkpoint_every", "rollout_lag", "lr", "value_lr", "weight_decay"):
+    for key in ("warmup_steps", "eval_every", "checkpoint_every", "rollout_lag", "lr", "value_lr", "weight_decay",
+                "q0_prior"):
         _check(getattr(c, key) >= 0, f"config: {key} must be >= 0, got {getattr(c, key)}")
     _check(c.batch_size % c.grad_accum == 0,
            f"config: batch_size {c.batch_size} is not divisible by grad_accum {c.grad_accum}")

@@ -170,8 +170,8 @@ def collate(examples: Sequence[Example], pad_id: int) -> Batch:
     )
 
 
-def q0_or_nan(n: int | None, n_success: int | None, beta: float) -> float:
-    return math.nan if n is None else q0_from_counts(n, n_success, beta)
+def q0_or_nan(n: int | None, n_success: int | None, beta: float, prior: float = 0.0) -> float:
+    return math.nan if n is None else q0_from_counts(n, n_success, beta, prior)
 
 
 # ---------------------------------------------------------------------------------------------- lake streams
@@ -187,6 +187,7 @@ class StreamSettings:
     max_response_tokens: int
     require_q0: bool = True
     page_size: int = 1024
+    q0_prior: float = 0.0
 
 
 class LakeStream:
@@ -300,7 +301,7 @@ class LakeStream:
         positions, success = [positions[i] for i in kept], [success[i] for i in kept]
         return Example(
             stream=self.index, prompt_id=row["prompt_id"], prompt_ids=prompt_ids, response_ids=response_ids,
-            reward=key["reward"], q0=q0_or_nan(key["q0_n"], key["q0_success"], self.settings.beta),
+            reward=key["reward"], q0=q0_or_nan(key["q0_n"], key["q0_success"], self.settings.beta, self.settings.q0_prior),
             ref_logprobs=ref, mc_positions=positions, mc_success=success, trajectory_id=row["trajectory_id"],
         )
 

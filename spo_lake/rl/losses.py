@@ -67,8 +67,12 @@ def soft_value(success_rate: torch.Tensor, beta: float) -> torch.Tensor:
     return beta * torch.logaddexp(torch.log(success_rate), torch.log1p(-success_rate) - 1.0 / beta)
 
 
-def q0_from_counts(n, n_success, beta: float):
+def q0_from_counts(n, n_success, beta: float, prior: float = 0.0):
     """Q̂0 = β·log(S0 + (1−S0)·e^{−1/β}), S0 = n_success / n (§3.1.3), from Monte-Carlo counts of π0.
+
+    `prior` a > 0 uses the Beta(a, a) posterior mean S0 = (n_success + a) / (n + 2a) instead: with few samples
+    (16, not the paper's 800) s = 0 is common for prompts π0 does solve now and then, and S0 = 0 sets Q̂0 = −1, which
+    asks any success on the prompt to raise its log-probability by 1/β ≈ 11.5 nats.
 
     Floats in → float out; tensors in → tensor out (the floating dtype of the inputs, else the default dtype).
     """
@@ -79,7 +83,9 @@ def q0_from_counts(n, n_success, beta: float):
     if bool((n64 <= 0).any()) or bool((s64 < 0).any()) or bool((s64 > n64).any()):
         shown = "" if as_tensor else f", got n={n}, n_success={n_success}"
         raise ValueError(f"q0_from_counts needs n > 0 and 0 <= n_success <= n{shown}")
-    q0 = soft_value(s64 / n64, beta)
+    if prior < 0:
+        raise ValueError(f"q0_from_counts needs prior >= 0, got {prior}")
+    q0 = soft_value((s64 + prior) / (n64 + 2 * prior), beta)
     if not as_tensor:
         return float(q0)
     floating = [t.dtype for t in (n_success, n) if isinstance(t, torch.Tensor) and t.is_floating_point()]

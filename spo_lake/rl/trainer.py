@@ -147,7 +147,8 @@ class Trainer:
     def _build_streams(self) -> None:
         c = self.config
         counts = stream_counts(c)
-        settings = StreamSettings(c.pi0_id, c.beta, c.seed, c.max_response_tokens, c.algorithm == "spo", c.page_size)
+        settings = StreamSettings(c.pi0_id, c.beta, c.seed, c.max_response_tokens, c.algorithm == "spo", c.page_size,
+                                  c.q0_prior)
         self.lake_streams = {i: LakeStream(self.lake, self.snapshot, s, i, settings, self.policy)
                              for i, s in enumerate(c.streams) if s.kind == "lake"}
         online = next((i for i, s in enumerate(c.streams) if s.kind == "online"), None)
@@ -159,7 +160,7 @@ class Trainer:
                 c.temperature_max, c.top_p, c.max_new_tokens, c.behaviour_interval, c.rollout_lag, tuple(c.stop))
             self.rollout_settings = RolloutSettings(
                 self.lake, self.snapshot, prompts, schedule, online, c.beta, c.algorithm, self.run_id, c.model,
-                self.sandbox, c.judge_workers)
+                self.sandbox, c.judge_workers, c.q0_prior)
             self.appender = BufferedAppender(self.lake, flush_rows=c.flush_rows) if c.write_back else None
         self.online_index = online
         self.mixer = Mixer(self.lake_streams, counts, online)

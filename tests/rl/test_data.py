@@ -144,6 +144,10 @@ def test_examples_carry_rewards_q0_cached_log_probs_and_mc_targets(lake, policy)
     stream = make_stream(lake, policy, where="prompt_id = 'countdown/3/1'", mc=True)
     (e,) = stream.take(1)
     assert e.reward == 0.0 and e.q0 == pytest.approx(q0_from_counts(10, 1, BETA))
+    settings = StreamSettings(policy.model_id, BETA, 0, max_response_tokens=64, q0_prior=2.0)
+    (smoothed,) = LakeStream(lake, "pinned", StreamConfig("lake", "lake", 1.0, where="prompt_id = 'countdown/3/1'"),
+                             0, settings, policy).take(1)
+    assert smoothed.q0 == pytest.approx(q0_from_counts(10, 1, BETA, prior=2.0)) != pytest.approx(e.q0)
     assert e.mc_positions == [1, 2] and e.mc_success == pytest.approx([0.3, 0.7])
     row = lake.sql(f"SELECT t.*, p.* FROM trajectories t JOIN prompts p USING (prompt_id) "
                    f"WHERE trajectory_id = '{e.trajectory_id}'").to_pylist()[0]

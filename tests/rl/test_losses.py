@@ -297,6 +297,12 @@ def test_q0_from_counts():
     assert q0.dtype == torch.get_default_dtype()
     expected = [0.5 * math.log(s + (1 - s) * math.exp(-2)) for s in (0.25, 0.75)]
     torch.testing.assert_close(q0, torch.tensor(expected))
+    # a Beta(a, a) prior: S0 = (s + a) / (n + 2a), so no success in 16 samples is not "never"
+    assert q0_from_counts(16, 0, PAPER_BETA, prior=0.5) == pytest.approx(
+        PAPER_BETA * math.log(0.5 / 17 + (1 - 0.5 / 17) * 1e-5))
+    assert q0_from_counts(800, 400, PAPER_BETA, prior=3.0) == q0_from_counts(800, 400, PAPER_BETA)
+    with pytest.raises(ValueError, match="prior >= 0"):
+        q0_from_counts(4, 1, PAPER_BETA, prior=-1.0)
 
 
 def test_bellman_identity_of_theorem_2_2_by_enumeration():
