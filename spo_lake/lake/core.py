@@ -223,6 +223,11 @@ class Lake:
         """Commit staged rows as one Delta append; returns the table version after it."""
         return self._commit(staged, work, max_attempts)[0]
 
+    def commit_rows(self, staged: Staged) -> int:
+        """Commit like `commit`; returns how many rows were added (rows whose key a concurrent writer committed
+        first are not)."""
+        return self._commit(staged)[1]
+
     def _commit(self, staged: Staged, work: Work | None = None,
                 max_attempts: int = COMMIT_ATTEMPTS) -> tuple[int, int]:
         """Commit `staged`: (table version after, rows added).
@@ -296,7 +301,7 @@ class Lake:
 
     def added(self, table: str, rows: Rows) -> int:
         """Append rows like `append`; returns how many were added (the others' keys were already there)."""
-        return self._commit(self.stage(table, [rows]))[1]
+        return self.commit_rows(self.stage(table, [rows]))
 
     def claim(self, scope: str, table: str,
               replan: Callable[[dict[str, list[dict[str, Any]]]], dict[str, list[dict[str, Any]]]]) -> Work:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from spo_lake.lake import Lake
+from spo_lake.lake import Lake, Work
 from spo_lake.lake.contracts import to_json_text
 from spo_lake.models.backend import PolicyBackend
 from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT, progress_bar, where_clause
@@ -229,6 +229,8 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
         raise ValueError(f"pts needs k >= 1, 0 < threshold <= 1 and 0 <= lo <= hi <= 1; got k={k}, "
                          f"threshold={threshold}, s0_range={s0_range}")
     report = PtsReport()
+    # Claimed before selecting: a copy of this run that commits a search first makes ours drop that trajectory's rows.
+    work = lake.claim(f"pts/{model.model_id}", "values", _unsearched(lake, model.model_id))
     todo = candidates(lake, model.model_id, where, s0_range, report)
     tok_id = tokenizer_id(model)
     config = {"model_id": model.model_id, "tokenizer_id": tok_id, "k": k, "threshold": threshold, "where": where,
@@ -250,16 +252,33 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
             report.estimates += len(result.estimates)
             pending.append(job)
             if time.monotonic() - last_commit >= flush_seconds:
-                _commit(lake, pending)
+                _commit(lake, pending, work)
                 pending, last_commit = [], time.monotonic()
             bar.update(task_id, advance=1, pivots=report.pivots, rollouts=report.rollouts)
-        _commit(lake, pending)
+        _commit(lake, pending, work)
         run.metrics.update(searched=report.searched, pivots=report.pivots, rollouts=report.rollouts,
                            already_searched=report.already_searched, no_q0=report.no_q0,
                            outside_s0_range=report.outside_s0_range, not_verified=report.not_verified)
     return report
 
 
-def _commit(lake: Lake, searches: list[_Search]) -> None:
+def _commit(lake: Lake, searches: list[_Search], work: Work) -> None:
     batches = {t: [r for s in searches for r in s.rows[t]] for t in PTS_COMMIT_ORDER}
-    lake.append_many({t: rows for t, rows in batches.items() if rows})
+    lake.append_many({t: rows for t, rows in batches.items() if rows}, work=work)
+
+
+def _unsearched(lake: Lake, model_id: str) -> Callable[[dict[str, list]], dict[str, list]]:
+    """A `Work.replan`: drop every row of a search whose trajectory a concurrent copy of this run searched first."""
+    def replan(batches: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+        mine = sorted({r["trajectory_id"] for r in batches.get("values", [])})
+        if not mine:
+            return batches
+        done = {r["trajectory_id"] for r in lake.sql(f"""
+            SELECT DISTINCT trajectory_id FROM "values" WHERE model_id = {sql_literal(model_id)}
+              AND trajectory_id IN ({", ".join(map(sql_literal, mine))})""").to_pylist()}
+        rollouts = {r["trajectory_id"] for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] in done}
+        return {"evaluations": [r for r in batches.get("evaluations", []) if r["trajectory_id"] not in rollouts],
+                "trajectories": [r for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] not in done],
+                "pivots": [r for r in batches.get("pivots", []) if r["trajectory_id"] not in done],
+                "values": [r for r in batches.get("values", []) if r["trajectory_id"] not in done]}
+    return replan
