@@ -12,7 +12,7 @@ import random
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import unquote
@@ -28,7 +28,7 @@ from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from spo_lake.lake.contracts import Contract, contract, table_names
-from spo_lake.lake.writer import TARGET_FILE_BYTES, lake_lock, write_files
+from spo_lake.lake.writer import lake_lock, write_files
 
 # Time travel must outlive any snapshot: never expire log entries, and let only our keep_versions-aware vacuum
 # delete data files.
@@ -72,7 +72,7 @@ class Work:
     """A pipeline's claim on work planned from the lake (`Lake.claim`); `Lake.append_many(..., work=)` commits it.
 
     Copies of one pipeline that run at once plan the same work. Every commit of a scope carries the scope's Delta
-    app id on `table` (the table that makes the work visible, committed last), and lands only if no other commit of
+    app id on `table` (the table whose rows claim the work, committed first), and lands only if no other commit of
     the scope came after the one this copy last saw; otherwise `replan` first drops the rows the other copies made
     unnecessary (e.g. samples beyond n), so two copies end with exactly the rows one would.
     """
@@ -316,27 +316,26 @@ class Lake:
         Commits go in the given order, under the lake lock so no snapshot falls between them; callers put the
         table that makes the batch visible (e.g. trajectories) last, so a crash in between leaves only unreferenced
         facts that a retry re-uses. With `work` (rows as lists of dicts), its `replan` runs first whenever another
-        copy committed work of the scope, and the last table carries the scope's guard.
+        copy committed work of the scope, and the claimed table commits first, carrying the scope's guard: a copy
+        that loses the race commits nothing of the batch (a crash after that first commit leaves, e.g., a
+        trajectory without its verdict, which `evaluate` supplies).
         """
-        versions: dict[str, int] = {}
-        remaining = dict(batches)
+        remaining = _first(dict(batches), work.table) if work is not None else dict(batches)
         while True:
-            seen = None if work is None else self.delta(work.table).transaction_version(work.app_id)
-            if work is not None and seen != work.seen:
-                remaining, work.seen = work.replan(remaining), seen
+            if work is not None:
+                seen = self.delta(work.table).transaction_version(work.app_id)
+                if seen != work.seen:
+                    remaining = _first({t: rows for t, rows in work.replan(remaining).items() if len(rows)},
+                                       work.table)
+                    work.seen = seen
             staged = [self.stage(t, [rows]) for t, rows in remaining.items()]
             try:
                 with self.lock():
-                    for s in staged:
-                        if s.num_rows:
-                            guarded = work if work is not None and s.table == work.table else None
-                            versions[s.table] = self.commit(s, work=guarded)
-                        remaining.pop(s.table)
-                return versions
-            except Replan:
+                    return {s.table: self.commit(s, work=work if work is not None and s.table == work.table else None)
+                            for s in staged if s.num_rows}
+            except Replan:  # raised by the first commit only, so nothing of the batch landed
                 for s in staged:
-                    if s.table in remaining:
-                        self._discard(s)
+                    self._discard(s)
 
     # ---- versions and snapshots ----------------------------------------------------------------------------
     def version(self, table: str) -> int:
@@ -520,6 +519,11 @@ class Lake:
                     gone |= set(dt.vacuum(retention_hours=age, full=True, **common))
                 out[t] = sorted(gone)
         return out
+
+
+def _first(batches: dict[str, Any], table: str) -> dict[str, Any]:
+    """`batches` with `table` (if present) moved to the front."""
+    return {**({table: batches[table]} if table in batches else {}), **batches}
 
 
 def _to_arrow(rows: Rows) -> pa.Table:

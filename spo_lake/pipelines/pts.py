@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import torch
@@ -229,8 +230,10 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
         raise ValueError(f"pts needs k >= 1, 0 < threshold <= 1 and 0 <= lo <= hi <= 1; got k={k}, "
                          f"threshold={threshold}, s0_range={s0_range}")
     report = PtsReport()
-    # Claimed before selecting: a copy of this run that commits a search first makes ours drop that trajectory's rows.
-    work = lake.claim(f"pts/{model.model_id}", "values", _unsearched(lake, model.model_id))
+    # Claimed before selecting, on the rollouts: a copy of this run that commits rollouts of a trajectory first makes
+    # ours drop its search of that trajectory.
+    since = datetime.now(timezone.utc)
+    work = lake.claim(f"pts/{model.model_id}", "trajectories", _unsearched(lake, model.model_id, since))
     todo = candidates(lake, model.model_id, where, s0_range, report)
     tok_id = tokenizer_id(model)
     config = {"model_id": model.model_id, "tokenizer_id": tok_id, "k": k, "threshold": threshold, "where": where,
@@ -267,15 +270,20 @@ def _commit(lake: Lake, searches: list[_Search], work: Work) -> None:
     lake.append_many({t: rows for t, rows in batches.items() if rows}, work=work)
 
 
-def _unsearched(lake: Lake, model_id: str) -> Callable[[dict[str, list]], dict[str, list]]:
-    """A `Work.replan`: drop every row of a search whose trajectory a concurrent copy of this run searched first."""
+def _unsearched(lake: Lake, model_id: str, since: datetime) -> Callable[[dict[str, list]], dict[str, list]]:
+    """A `Work.replan`: drop every row of a search whose trajectory another copy of this run searched or is
+    searching: it has values rows, or rollouts committed by another run since this one started (an older run's
+    rollouts without values are a killed search, which this run redoes)."""
     def replan(batches: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
         mine = sorted({r["trajectory_id"] for r in batches.get("values", [])})
         if not mine:
             return batches
+        ids, run_id = ", ".join(map(sql_literal, mine)), batches["values"][0]["run_id"]
         done = {r["trajectory_id"] for r in lake.sql(f"""
-            SELECT DISTINCT trajectory_id FROM "values" WHERE model_id = {sql_literal(model_id)}
-              AND trajectory_id IN ({", ".join(map(sql_literal, mine))})""").to_pylist()}
+            SELECT trajectory_id FROM "values" WHERE model_id = {sql_literal(model_id)} AND trajectory_id IN ({ids})
+            UNION SELECT prefix_trajectory_id FROM trajectories
+            WHERE source = 'pts_rollout' AND model_id = {sql_literal(model_id)} AND prefix_trajectory_id IN ({ids})
+              AND run_id <> {sql_literal(run_id)} AND created_at >= '{since.isoformat()}'::TIMESTAMPTZ""").to_pylist()}
         rollouts = {r["trajectory_id"] for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] in done}
         return {"evaluations": [r for r in batches.get("evaluations", []) if r["trajectory_id"] not in rollouts],
                 "trajectories": [r for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] not in done],

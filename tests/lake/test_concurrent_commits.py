@@ -44,9 +44,9 @@ def run_all(root: str, extra: list[str], commands: list[list[str]], timeout: flo
     for p in procs:
         _, err = p.communicate(timeout=timeout)
         results.append((p.returncode, err))
-        if p.returncode != 0:
-            lines = [line for line in err.splitlines() if line.strip()]
-            assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: "), err
+        if p.returncode != 0:  # one "error: ..." line, no traceback (progress bars and warnings may precede it)
+            errors = [line for line in err.splitlines() if line.startswith("error: ")]
+            assert p.returncode == 1 and len(errors) == 1 and "Traceback" not in err, err
     return results
 
 
