@@ -12,9 +12,17 @@ import pytest
 
 from spo_lake.cli.ingest_cmds import ingest_dataset
 from spo_lake.lake import Lake
-from tests.lake.test_concurrent_commits import SPOLAKE, assert_each_row_once, run_all, write_ingest_input
+from tests.lake.test_concurrent_commits import SPOLAKE, assert_each_row_once, run_all
 
 ROUNDS, ROWS_PER_FILE = 2, 40
+
+
+def write_responses(path, n: int, tag: str) -> None:
+    """n responses to the lake's countdown problems (so evaluate and dedup have real work)."""
+    with path.open("w") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"prompt_id": f"countdown/0/{i % 4}", "response": f"<answer>{tag} {i}</answer>",
+                                 "reward": -1.0}) + "\n")
 
 
 def read_loop(root: str, stop: threading.Event, seen: dict[str, set[int]], failures: list[str]) -> None:
@@ -29,7 +37,7 @@ def read_loop(root: str, stop: threading.Event, seen: dict[str, set[int]], failu
                 if len(errors) != 1 or "Traceback" in done.stderr:
                     failures.append(done.stderr)
             elif snap:
-                seen[snap].add(json.loads(done.stdout)[0]["n"])
+                seen[snap].add(json.loads(done.stdout)["n"])
         listed = subprocess.run([SPOLAKE, "--lake", root, "snapshot", "list", "--format", "json"],
                                 capture_output=True, text=True, timeout=120)
         for s in json.loads(listed.stdout) if listed.returncode == 0 else []:
@@ -51,13 +59,16 @@ def test_mixed_concurrent_commands_keep_the_lake_exact(tmp_path, tiny_model_dir)
         for r in range(ROUNDS):
             files = [tmp_path / f"r{r}-{k}.jsonl" for k in range(2)]
             for k, f in enumerate(files):
-                write_ingest_input(f, ROWS_PER_FILE, f"torture-{r}-{k}")
+                write_responses(f, ROWS_PER_FILE, f"{r}-{k}")
             ingest = ["--task", "countdown", "--source", "policy"]
             commands = [["ingest", str(files[0]), *ingest], ["ingest", str(files[1]), *ingest],
                         ["ingest", str(files[0]), *ingest],  # the same file twice at once
                         ["evaluate"], ["dedup"], ["q0", *model, "--k", str(r + 1), "--max-new-tokens", "16"],
                         ["snapshot", "create", f"round-{r}"], ["compact"], ["vacuum", "--retention-hours", "0"]]
-            run_all(lake.root, [], commands)  # checks every failure is a one-line error
+            results = run_all(lake.root, [], commands)  # checks every failure is a one-line error
+            # Failures allowed: none of these conflicts is the user's to resolve, so every command must succeed.
+            assert [rc for rc, _ in results] == [0] * len(commands), [(c, e[-300:]) for c, (rc, e) in
+                                                                       zip(commands, results) if rc]
     finally:
         stop.set()
         reader.join(timeout=300)
