@@ -28,9 +28,9 @@ from tests.s3server import seaweedfs  # noqa: E402
 
 
 def ingest_seconds(lake: Lake, prompts, table) -> float:
-    add_prompts(lake, from_arrow(prompts, PROMPT_FIELDS, "prompts"))
+    add_prompts(lake, from_arrow(prompts, PROMPT_FIELDS, "bench-prompts", "prompts"))
     start = time.perf_counter()
-    report = ingest_trajectories(lake, from_arrow(table, TRAJECTORY_FIELDS, "trajectories"))
+    report = ingest_trajectories(lake, from_arrow(table, TRAJECTORY_FIELDS, "bench", "trajectories"), source="policy")
     seconds = time.perf_counter() - start
     assert report.new == table.num_rows, report
     return seconds
