@@ -11,7 +11,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from spo_lake.lake import Lake, Work
 
 # Commit order inside one flush: facts that reference trajectories first, trajectories last, so a crash between
-# commits never leaves a visible trajectory without its facts (and a retry re-uses the orphans it left).
+# commits never leaves a visible trajectory without its facts (and a retry re-uses the orphans it left). A `work`
+# claim commits its table first instead (see `Lake.append_many`).
 COMMIT_ORDER = ("prompts", "runs", "values", "pivots", "logprobs", "duplicates", "evaluations", "trajectories")
 
 TRAJECTORY_WITH_PROMPT = """

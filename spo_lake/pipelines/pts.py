@@ -9,7 +9,8 @@ trajectory's own verdict (a values row n = 1, n_success = 1); every other visite
 Writes, per searched trajectory: every visited estimate to `values`, every pivotal token to `pivots`, and the
 rollouts as `pts_rollout` trajectories with their evaluations. The values rows are committed last and mark the
 trajectory as searched, so a run killed mid-commit searches that trajectory again (its earlier rollouts stay as
-valid evaluated samples; the run_id tells the two searches apart).
+valid samples, `spolake evaluate` judging any left without a verdict; the run_id tells the two searches apart).
+Two copies started at once search each trajectory once: whichever commits its rollouts first (`_unsearched`).
 """
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ from spo_lake.tasks.normalize import response_hash
 
 # Estimates are ratios like 6/10 and 4/10, whose float difference (0.1999...) must still reach a 0.2 threshold.
 TOLERANCE = 1e-9
-# Commit order of a batch of finished searches: rollouts (verdicts before trajectories), pivots, then the values
-# rows that mark a trajectory as searched.
-PTS_COMMIT_ORDER = ("evaluations", "trajectories", "pivots", "values")
+# Commit order of a batch of finished searches: rollouts (the trajectories first: they claim the search against
+# concurrent copies, see `_unsearched`), their verdicts, pivots, then the values rows that mark a trajectory searched.
+PTS_COMMIT_ORDER = ("trajectories", "evaluations", "pivots", "values")
 
 
 # ---------------------------------------------------------------------------------------------- the search
