@@ -126,11 +126,10 @@ def ingest_trajectories(lake: Lake, batch: Batch, *, source: str | None = None, 
     with lake.lock():
         if _raced(lake, plan):
             plan = _stage_new_rows(lake, batch, ids, hashes, task)
-        for staged in plan.staged:  # trajectories, which make the batch visible, commit last
-            lake.commit(staged)
-    new = len(plan.new_ids)
-    return IngestReport(new=new, present=t.num_rows - new, prompts_new=len(plan.prompt_ids),
-                        evaluations_new=plan.staged[1].num_rows)
+        # trajectories, which make the batch visible, commit last; rows a concurrent ingest committed first
+        # (object stores have no lake lock) are not added twice, and not counted
+        prompts_new, evaluations_new, new = [lake.commit_rows(staged) for staged in plan.staged]
+    return IngestReport(new=new, present=t.num_rows - new, prompts_new=prompts_new, evaluations_new=evaluations_new)
 
 
 @dataclass(frozen=True)

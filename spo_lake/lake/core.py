@@ -14,14 +14,18 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import unquote
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
-from deltalake.transaction import AddAction
+from deltalake.fs import DeltaStorageHandler
+from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
 from spo_lake.lake.contracts import Contract, contract, table_names
 from spo_lake.lake.writer import lake_lock, write_files
@@ -35,6 +39,52 @@ TABLE_CONFIGURATION = {
 }
 SNAPSHOTS = "snapshots"
 Rows = pa.Table | pl.DataFrame | list[dict[str, Any]]
+# A fact's key: a commit adds only rows whose key the table does not hold yet (insert-if-absent). The contracts'
+# keys, except where a table keeps successive rows of one thing: a `values` row is a count at some n (a new row
+# when n grows), a snapshot name has its row and its tombstone, and `runs` rows are events (plain appends).
+_KEY_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "values": ("prompt_id", "trajectory_id", "position", "model_id", "temperature", "top_p", "n", "n_success"),
+    SNAPSHOTS: ("name", "deleted"),
+    "runs": (),
+}
+COMMIT_ATTEMPTS = 30
+COMPACT_BELOW_BYTES = 16 * 2**20  # Parquet files smaller than this are compacted
+COMPACT_BIN_BYTES = 256 * 2**20  # Parquet bytes rewritten per compaction commit (bounds its memory)
+
+
+def insert_key(table: str) -> tuple[str, ...]:
+    """The columns that identify a fact of `table` (empty: plain appends)."""
+    return _KEY_OVERRIDES.get(table, contract(table).key)
+
+
+def _guard(table: str) -> str:
+    """Delta app id every keyed commit to `table` carries: delta-rs rejects a commit whose app id another commit
+    used after the version it read (ConcurrentTransaction), so a key check and its commit are one transaction."""
+    return f"spolake/{table}"
+
+
+class Replan(Exception):
+    """Another copy of a pipeline committed work of the same scope since this one planned (see `Work`)."""
+
+
+@dataclass
+class Work:
+    """A pipeline's claim on work planned from the lake (`Lake.claim`); `Lake.append_many(..., work=)` commits it.
+
+    Copies of one pipeline that run at once plan the same work. Every commit of a scope carries the scope's Delta
+    app id on `table` (the table whose rows claim the work, committed first), and lands only if no other commit of
+    the scope came after the one this copy last saw; otherwise `replan` first drops the rows the other copies made
+    unnecessary (e.g. samples beyond n), so two copies end with exactly the rows one would.
+    """
+
+    scope: str
+    table: str
+    replan: Callable[[dict[str, list[dict[str, Any]]]], dict[str, list[dict[str, Any]]]]
+    seen: int | None = None
+
+    @property
+    def app_id(self) -> str:
+        return f"spolake-work/{self.scope}"
 
 
 class LakeError(RuntimeError):
@@ -169,42 +219,123 @@ class Lake:
         actions = write_files(self.uri(table), counted())
         return Staged(table, written, actions=actions)
 
-    def commit(self, staged: Staged, *, max_attempts: int = 30) -> int:
-        """Commit staged rows as one Delta append; returns the table version after it.
+    def commit(self, staged: Staged, *, work: Work | None = None, max_attempts: int = COMMIT_ATTEMPTS) -> int:
+        """Commit staged rows as one Delta append; returns the table version after it."""
+        return self._commit(staged, work, max_attempts)[0]
 
-        Commit conflicts with concurrent writers are retried with jittered exponential back-off.
+    def commit_rows(self, staged: Staged) -> int:
+        """Commit like `commit`; returns how many rows were added (rows whose key a concurrent writer committed
+        first are not)."""
+        return self._commit(staged)[1]
+
+    def _commit(self, staged: Staged, work: Work | None = None,
+                max_attempts: int = COMMIT_ATTEMPTS) -> tuple[int, int]:
+        """Commit `staged`: (table version after, rows added).
+
+        Rows whose key (`insert_key`) the table already holds are dropped, checked against the very version the
+        commit is built on; delta-rs rejects the commit if another keyed commit (or, with `work`, another commit
+        of the scope) landed after that version, and then it is retried with jittered exponential back-off.
+        Raises `Replan` when `work`'s scope moved on since the work was planned.
         """
-        if staged.num_rows == 0:
-            return self.version(staged.table)
+        c, key = contract(staged.table), insert_key(staged.table)
         for attempt in range(max_attempts):
+            dt = self._evolve(self.delta(staged.table), c)
+            apps = [_guard(staged.table)] if key else []
+            if work is not None:
+                if dt.transaction_version(work.app_id) != work.seen:
+                    self._discard(staged)
+                    raise Replan(work.scope)
+                apps.append(work.app_id)
+            if key and staged.num_rows:
+                staged = self._without_present(dt, staged, key)
+            if staged.num_rows == 0:
+                return dt.version(), 0
+            txns = [Transaction(app, (dt.transaction_version(app) or 0) + 1) for app in apps]
+            props = CommitProperties(app_transactions=txns) if txns else None
             try:
                 if staged.actions is None:
-                    write_deltalake(self.uri(staged.table), staged.data, mode="append",
-                                    storage_options=self.storage_options)
+                    write_deltalake(dt, staged.data, mode="append", commit_properties=props)
                 else:
-                    dt = self._evolve(self.delta(staged.table), contract(staged.table))
-                    dt.create_write_transaction(staged.actions, mode="append", schema=dt.schema())
-                return self.version(staged.table)
+                    dt.create_write_transaction(staged.actions, mode="append", schema=dt.schema(),
+                                                commit_properties=props)
             except CommitFailedError:
                 if attempt == max_attempts - 1:
+                    self._discard(staged)
                     raise
                 time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+                continue
+            if work is not None:
+                work.seen = txns[-1].version
+            return self.version(staged.table), staged.num_rows
         raise AssertionError("unreachable")
+
+    def _without_present(self, dt: DeltaTable, staged: Staged, key: tuple[str, ...]) -> Staged:
+        """`staged` less the rows whose key the table holds at `dt`'s version (rewritten only if any is)."""
+        if staged.actions is None:
+            data = staged.data
+        else:
+            data = pa.concat_tables(pq.read_table(os.path.join(self.uri(staged.table), a.path), columns=list(key))
+                                    for a in staged.actions)
+        keys = pl.from_arrow(data.select(list(key))).with_row_index("_row")
+        first = keys.get_column(key[0]).drop_nulls().unique().to_arrow()
+        held = dt.to_pyarrow_dataset().to_table(columns=list(key), filter=pc.field(key[0]).isin(first))
+        if held.num_rows == 0:
+            return staged
+        present = keys.join(pl.from_arrow(held).unique(), on=list(key), how="semi", nulls_equal=True)
+        mask = pc.invert(pc.is_in(pa.array(range(data.num_rows), pa.uint32()), present.get_column("_row").to_arrow()))
+        if staged.actions is None:
+            kept = data.filter(mask)
+            return Staged(staged.table, kept.num_rows, data=kept)
+        full = pa.concat_tables(pq.read_table(os.path.join(self.uri(staged.table), a.path)) for a in staged.actions)
+        self._discard(staged)
+        return self.stage(staged.table, [full.filter(mask)])
+
+    def _discard(self, staged: Staged) -> None:
+        """Delete the files of staged rows that will not be committed (local lakes; nothing else wrote them)."""
+        for a in staged.actions or []:
+            Path(self.uri(staged.table), a.path).unlink(missing_ok=True)
 
     def append(self, table: str, rows: Rows) -> int:
         """Append rows (conformed to the table's contract) in one commit; returns the table version after it."""
         return self.commit(self.stage(table, [rows]))
 
-    def append_many(self, batches: Mapping[str, Rows]) -> dict[str, int]:
+    def added(self, table: str, rows: Rows) -> int:
+        """Append rows like `append`; returns how many were added (the others' keys were already there)."""
+        return self.commit_rows(self.stage(table, [rows]))
+
+    def claim(self, scope: str, table: str,
+              replan: Callable[[dict[str, list[dict[str, Any]]]], dict[str, list[dict[str, Any]]]]) -> Work:
+        """Claim work of `scope` before planning it from the lake (see `Work`)."""
+        work = Work(scope, table, replan)
+        work.seen = self.delta(table).transaction_version(work.app_id)
+        return work
+
+    def append_many(self, batches: Mapping[str, Rows], *, work: Work | None = None) -> dict[str, int]:
         """Append to several tables, conforming and writing ALL of them before the first commit.
 
         Commits go in the given order, under the lake lock so no snapshot falls between them; callers put the
         table that makes the batch visible (e.g. trajectories) last, so a crash in between leaves only unreferenced
-        facts that a retry re-uses.
+        facts that a retry re-uses. With `work` (rows as lists of dicts), its `replan` runs first whenever another
+        copy committed work of the scope, and the claimed table commits first, carrying the scope's guard: a copy
+        that loses the race commits nothing of the batch (a crash after that first commit leaves, e.g., a
+        trajectory without its verdict, which `evaluate` supplies).
         """
-        staged = [self.stage(t, [rows]) for t, rows in batches.items()]
-        with self.lock():
-            return {s.table: self.commit(s) for s in staged if s.num_rows}
+        remaining = _first(dict(batches), work.table) if work is not None else dict(batches)
+        while True:
+            if work is not None:
+                seen = self.delta(work.table).transaction_version(work.app_id)
+                if seen != work.seen:
+                    remaining = _first({t: rows for t, rows in work.replan(remaining).items() if len(rows)},
+                                       work.table)
+                    work.seen = seen
+            staged = [self.stage(t, [rows]) for t, rows in remaining.items()]
+            try:
+                with self.lock():
+                    return {s.table: self.commit(s, work=work if work is not None and s.table == work.table else None)
+                            for s in staged if s.num_rows}
+            except Replan:  # raised by the first commit only, so nothing of the batch landed
+                for s in staged:
+                    self._discard(s)
 
     # ---- versions and snapshots ----------------------------------------------------------------------------
     def version(self, table: str) -> int:
@@ -225,7 +356,9 @@ class Lake:
                 why = "was deleted; names are never reused" if old["deleted"] else "already exists"
                 raise LakeError(f"snapshot {name!r} {why} (snapshots are immutable)")
             versions = self.versions()
-            self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(versions), "note": note, "deleted": False}])
+            row = {"name": name, "versions": json.dumps(versions), "note": note, "deleted": False}
+            if not self.added(SNAPSHOTS, [row]):  # a concurrent writer took the name after the check above
+                raise LakeError(f"snapshot {name!r} already exists (snapshots are immutable)")
         return self.get_snapshot(name)
 
     def _snapshot_rows(self) -> dict[str, dict[str, Any]]:
@@ -316,11 +449,56 @@ class Lake:
         return pinned
 
     def compact(self, tables: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
-        """Bin-pack small files into large ones. Old versions stay readable (their files are kept)."""
-        out = {}
-        for t in tables or [*table_names(), SNAPSHOTS]:
-            out[t] = self.delta(t).optimize.compact()
-        return out
+        """Bin-pack small files into large ones. Old versions stay readable (their files are kept).
+
+        Each commit removes exactly the files it rewrote, from the version it read, and carries the table's guard:
+        delta-rs rejects it when another compaction (or keyed commit) landed after that version, and the loser
+        re-plans from the new version. (delta-rs's own OPTIMIZE lets two concurrent runs both land, duplicating
+        every row.)
+        """
+        return {t: self._compact(t) for t in tables or [*table_names(), SNAPSHOTS]}
+
+    def _compact(self, table: str, max_attempts: int = COMMIT_ATTEMPTS) -> dict[str, int]:
+        c, fs = contract(table), self._filesystem(table)
+        done = {"numFilesRemoved": 0, "numFilesAdded": 0}
+        written: set[str] = set()
+        for attempt in range(max_attempts):
+            dt = self._evolve(self.delta(table), c)
+            files = pa.table(dt.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
+            small = [f for f in files if f["size_bytes"] < COMPACT_BELOW_BYTES and f["path"] not in written]
+            if len(small) < 2:
+                return done
+            rewrite, total = [], 0
+            for f in small:  # one bin per commit bounds memory; the loop takes the next bin
+                if rewrite and total + f["size_bytes"] > COMPACT_BIN_BYTES:
+                    break
+                rewrite.append(f)
+                total += f["size_bytes"]
+            data = pa.concat_tables([c.conform(pq.read_table(unquote(f["path"]), filesystem=fs)) for f in rewrite])
+            adds = write_files(self.uri(table), [data], filesystem=fs, data_change=False)
+            now = int(time.time() * 1000)
+            removes = [RemoveAction(f["path"], False, now, f["size_bytes"]) for f in rewrite]
+            # delta-rs 1.6 does not reject a second removal of the same file (ConcurrentDeleteDelete), so the commit
+            # also carries the table's guard: any keyed commit or compaction since `dt`'s version rejects it.
+            guard = Transaction(_guard(table), (dt.transaction_version(_guard(table)) or 0) + 1)
+            try:
+                dt.create_write_transaction([*adds, *removes], mode="append", schema=dt.schema(),
+                                            commit_properties=CommitProperties(app_transactions=[guard]))
+            except CommitFailedError:  # another commit removed some of these files: re-plan from the new version
+                for a in adds:
+                    fs.delete_file(a.path)
+                time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+                continue
+            written |= {a.path for a in adds}
+            done["numFilesRemoved"] += len(removes)
+            done["numFilesAdded"] += len(adds)
+        return done
+
+    def _filesystem(self, table: str) -> pafs.FileSystem:
+        """A pyarrow filesystem rooted at `table`'s directory (delta-rs's object store for URI lakes)."""
+        if _is_uri(self.root):
+            return pafs.PyFileSystem(DeltaStorageHandler(self.uri(table), self.storage_options))
+        return pafs.SubTreeFileSystem(self.uri(table), pafs.LocalFileSystem())
 
     def vacuum(self, retention_hours: int = 0, dry_run: bool = False,
                orphan_age_hours: int | None = 24) -> dict[str, list[str]]:
@@ -343,6 +521,11 @@ class Lake:
                     gone |= set(dt.vacuum(retention_hours=age, full=True, **common))
                 out[t] = sorted(gone)
         return out
+
+
+def _first(batches: dict[str, Any], table: str) -> dict[str, Any]:
+    """`batches` with `table` (if present) moved to the front."""
+    return {**({table: batches[table]} if table in batches else {}), **batches}
 
 
 def _to_arrow(rows: Rows) -> pa.Table:

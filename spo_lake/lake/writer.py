@@ -11,6 +11,7 @@ import json
 import math
 import os
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake.transaction import AddAction
 
@@ -28,9 +30,11 @@ COMPRESSION = "snappy"  # delta-rs's default for appends too
 PARQUET_OPTIONS = {"compression": COMPRESSION, "row_group_size": ROW_GROUP_ROWS, "use_compliant_nested_type": False}
 
 
-def write_files(table_dir: str, chunks: Iterable[pa.Table], threads: int | None = None) -> list[AddAction]:
-    """Write each chunk as Parquet file(s) of about TARGET_FILE_BYTES under `table_dir`; returns their Delta `add`
-    actions (nothing is committed).
+def write_files(table_dir: str, chunks: Iterable[pa.Table], threads: int | None = None, *,
+                filesystem: pafs.FileSystem | None = None, data_change: bool = True) -> list[AddAction]:
+    """Write each chunk as Parquet file(s) of about TARGET_FILE_BYTES under `table_dir` (or at the root of
+    `filesystem`, e.g. an object-store table's); returns their Delta `add` actions (nothing is committed).
+    `data_change=False` marks a rewrite of rows already in the table (compaction).
 
     Files are written on a thread pool (pyarrow releases the GIL) while the caller's generator produces the next
     chunk, so per-row Python work upstream overlaps with encoding. At most 2 x threads files wait in memory.
@@ -40,7 +44,7 @@ def write_files(table_dir: str, chunks: Iterable[pa.Table], threads: int | None 
         pending: list[Future[AddAction]] = []
         for chunk in chunks:
             for part in _split(chunk):
-                pending.append(pool.submit(_write_file, table_dir, part))
+                pending.append(pool.submit(_write_file, table_dir, part, filesystem, data_change))
             while len(running := [f for f in pending if not f.done()]) > 2 * threads:
                 wait(running, return_when=FIRST_COMPLETED)
         return [f.result() for f in pending]
@@ -52,20 +56,21 @@ def _split(chunk: pa.Table) -> list[pa.Table]:
     return [chunk.slice(start, step) for start in range(0, chunk.num_rows, step)]
 
 
-def _write_file(table_dir: str, chunk: pa.Table) -> AddAction:
+def _write_file(table_dir: str, chunk: pa.Table, filesystem: pafs.FileSystem | None = None,
+                data_change: bool = True) -> AddAction:
     name = f"part-{uuid.uuid4()}-c000.{COMPRESSION}.parquet"
-    path = os.path.join(table_dir, name)
+    path = name if filesystem else os.path.join(table_dir, name)
     scalars = [f.name for f in chunk.schema if not pa.types.is_list(f.type)]
     # Lists: no dictionary (log-probs are nearly all distinct; token ids are delta-encoded instead) and no min/max
     # statistics (nothing prunes on a token id); those two would be most of the encoding time.
     pq.write_table(chunk, path, use_dictionary=scalars, write_statistics=scalars,
-                   column_encoding=delta_encoded_columns(chunk.schema), **PARQUET_OPTIONS)
-    size, mtime = _size_and_mtime(path)
+                   column_encoding=delta_encoded_columns(chunk.schema), filesystem=filesystem, **PARQUET_OPTIONS)
+    size, mtime = _size_and_mtime(path, filesystem)
     # Exact row and null counts; no min/max (nothing prunes on them, and wrong bounds would silently drop rows).
     null_count = {f.name: chunk.column(i).null_count for i, f in enumerate(chunk.schema)
                   if not pa.types.is_nested(f.type)}
     stats = json.dumps({"numRecords": chunk.num_rows, "nullCount": null_count})
-    return AddAction(name, size, {}, mtime, True, stats)
+    return AddAction(name, size, {}, mtime, data_change, stats)
 
 
 def _leaf(f: pa.Field) -> str:
@@ -79,9 +84,12 @@ def delta_encoded_columns(schema: pa.Schema) -> dict[str, str]:
             if pa.types.is_list(f.type) and pa.types.is_integer(f.type.value_type)}
 
 
-def _size_and_mtime(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_size, int(st.st_mtime * 1000)
+def _size_and_mtime(path: str, filesystem: pafs.FileSystem | None = None) -> tuple[int, int]:
+    if filesystem is None:
+        st = os.stat(path)
+        return st.st_size, int(st.st_mtime * 1000)
+    info = filesystem.get_file_info(path)
+    return info.size, int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
 
 
 # ---- the lake lock ---------------------------------------------------------------------------------------------

@@ -4,14 +4,15 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from spo_lake.lake import Lake
+from spo_lake.lake import Lake, Work
 
 # Commit order inside one flush: facts that reference trajectories first, trajectories last, so a crash between
-# commits never leaves a visible trajectory without its facts (and a retry re-uses the orphans it left).
+# commits never leaves a visible trajectory without its facts (and a retry re-uses the orphans it left). A `work`
+# claim commits its table first instead (see `Lake.append_many`).
 COMMIT_ORDER = ("prompts", "runs", "values", "pivots", "logprobs", "duplicates", "evaluations", "trajectories")
 
 TRAJECTORY_WITH_PROMPT = """
@@ -32,12 +33,15 @@ def where_clause(where: str | None) -> str:
 class BufferedAppender:
     """Collects rows per table and commits them every `flush_rows` rows or `flush_seconds` seconds.
 
-    Long pipelines commit as they go, so a killed run keeps what it finished and a re-run skips it.
+    Long pipelines commit as they go, so a killed run keeps what it finished and a re-run skips it. Facts with a
+    key (verdicts, hashes, log-probs...) are added only if absent, so copies of a pipeline running at once cannot
+    record one twice; pipelines whose rows have no natural key (samples) pass their `work` claim (see `Work`).
     """
 
     lake: Lake
     flush_rows: int = 1000
     flush_seconds: float = 60.0
+    work: Work | None = None
     _rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     _last: float = field(default_factory=time.monotonic)
     committed: dict[str, int] = field(default_factory=dict)
@@ -50,7 +54,7 @@ class BufferedAppender:
     def flush(self) -> None:
         ordered = {t: self._rows[t] for t in COMMIT_ORDER if self._rows.get(t)}
         if ordered:
-            self.lake.append_many(ordered)
+            self.lake.append_many(ordered, work=self.work)
             for t, rows in ordered.items():
                 self.committed[t] = self.committed.get(t, 0) + len(rows)
         self._rows = {}
@@ -61,6 +65,22 @@ class BufferedAppender:
 
     def __exit__(self, *exc: Any) -> None:
         self.flush()  # also on error: what finished is kept, the re-run continues from there
+
+
+def sample_quota(missing: Callable[[], dict[str, int]]) -> Callable[[dict[str, list]], dict[str, list]]:
+    """A `Work.replan` for sampling pipelines: keep, per prompt, only as many buffered samples as `missing()` (read
+    from the lake now, after other copies' commits) still asks for, and the verdicts of the samples kept."""
+    def replan(batches: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+        left = missing()
+        kept = []
+        for row in batches.get("trajectories", []):
+            if left.get(row["prompt_id"], 0) > 0:
+                left[row["prompt_id"]] -= 1
+                kept.append(row)
+        ids = {r["trajectory_id"] for r in kept}
+        out = {t: [r for r in rows if r["trajectory_id"] in ids] for t, rows in batches.items()}
+        return {**out, "trajectories": kept} if "trajectories" in batches else out
+    return replan
 
 
 def progress_bar(*extra: str, disable: bool = False) -> Progress:

@@ -9,17 +9,19 @@ trajectory's own verdict (a values row n = 1, n_success = 1); every other visite
 Writes, per searched trajectory: every visited estimate to `values`, every pivotal token to `pivots`, and the
 rollouts as `pts_rollout` trajectories with their evaluations. The values rows are committed last and mark the
 trajectory as searched, so a run killed mid-commit searches that trajectory again (its earlier rollouts stay as
-valid evaluated samples; the run_id tells the two searches apart).
+valid samples, `spolake evaluate` judging any left without a verdict; the run_id tells the two searches apart).
+Two copies started at once search each trajectory once: whichever commits its rollouts first (`_unsearched`).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import torch
 
-from spo_lake.lake import Lake
+from spo_lake.lake import Lake, Work
 from spo_lake.lake.contracts import to_json_text
 from spo_lake.models.backend import PolicyBackend
 from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT, progress_bar, where_clause
@@ -34,9 +36,9 @@ from spo_lake.tasks.normalize import response_hash
 
 # Estimates are ratios like 6/10 and 4/10, whose float difference (0.1999...) must still reach a 0.2 threshold.
 TOLERANCE = 1e-9
-# Commit order of a batch of finished searches: rollouts (verdicts before trajectories), pivots, then the values
-# rows that mark a trajectory as searched.
-PTS_COMMIT_ORDER = ("evaluations", "trajectories", "pivots", "values")
+# Commit order of a batch of finished searches: rollouts (the trajectories first: they claim the search against
+# concurrent copies, see `_unsearched`), their verdicts, pivots, then the values rows that mark a trajectory searched.
+PTS_COMMIT_ORDER = ("trajectories", "evaluations", "pivots", "values")
 
 
 # ---------------------------------------------------------------------------------------------- the search
@@ -233,6 +235,10 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
         raise ValueError(f"pts needs k >= 1, 0 < threshold <= 1 and 0 <= lo <= hi <= 1; got k={k}, "
                          f"threshold={threshold}, s0_range={s0_range}")
     report = PtsReport()
+    # Claimed before selecting, on the rollouts: a copy of this run that commits rollouts of a trajectory first makes
+    # ours drop its search of that trajectory.
+    since = datetime.now(timezone.utc)
+    work = lake.claim(f"pts/{model.model_id}", "trajectories", _unsearched(lake, model.model_id, since))
     todo = candidates(lake, model.model_id, where, s0_range, report)
     tok_id = tokenizer_id(model)
     config = {"model_id": model.model_id, "tokenizer_id": tok_id, "k": k, "threshold": threshold, "where": where,
@@ -258,10 +264,10 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
             report.estimates += len(result.estimates)
             pending.append(job)
             if time.monotonic() - last_commit >= flush_seconds:
-                _commit(lake, pending)
+                _commit(lake, pending, work)
                 pending, last_commit = [], time.monotonic()
             bar.update(task_id, advance=1, pivots=report.pivots, rollouts=report.rollouts)
-        _commit(lake, pending)
+        _commit(lake, pending, work)
         run.metrics.update(searched=report.searched, pivots=report.pivots, rollouts=report.rollouts,
                            already_searched=report.already_searched, no_q0=report.no_q0,
                            outside_s0_range=report.outside_s0_range, not_verified=report.not_verified,
@@ -269,6 +275,28 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
     return report
 
 
-def _commit(lake: Lake, searches: list[_Search]) -> None:
+def _commit(lake: Lake, searches: list[_Search], work: Work) -> None:
     batches = {t: [r for s in searches for r in s.rows[t]] for t in PTS_COMMIT_ORDER}
-    lake.append_many({t: rows for t, rows in batches.items() if rows})
+    lake.append_many({t: rows for t, rows in batches.items() if rows}, work=work)
+
+
+def _unsearched(lake: Lake, model_id: str, since: datetime) -> Callable[[dict[str, list]], dict[str, list]]:
+    """A `Work.replan`: drop every row of a search whose trajectory another copy of this run searched or is
+    searching: it has values rows, or rollouts committed by another run since this one started (an older run's
+    rollouts without values are a killed search, which this run redoes)."""
+    def replan(batches: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+        mine = sorted({r["trajectory_id"] for r in batches.get("values", [])})
+        if not mine:
+            return batches
+        ids, run_id = ", ".join(map(sql_literal, mine)), batches["values"][0]["run_id"]
+        done = {r["trajectory_id"] for r in lake.sql(f"""
+            SELECT trajectory_id FROM "values" WHERE model_id = {sql_literal(model_id)} AND trajectory_id IN ({ids})
+            UNION SELECT prefix_trajectory_id FROM trajectories
+            WHERE source = 'pts_rollout' AND model_id = {sql_literal(model_id)} AND prefix_trajectory_id IN ({ids})
+              AND run_id <> {sql_literal(run_id)} AND created_at >= '{since.isoformat()}'::TIMESTAMPTZ""").to_pylist()}
+        rollouts = {r["trajectory_id"] for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] in done}
+        return {"evaluations": [r for r in batches.get("evaluations", []) if r["trajectory_id"] not in rollouts],
+                "trajectories": [r for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] not in done],
+                "pivots": [r for r in batches.get("pivots", []) if r["trajectory_id"] not in done],
+                "values": [r for r in batches.get("values", []) if r["trajectory_id"] not in done]}
+    return replan

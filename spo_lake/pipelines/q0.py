@@ -13,7 +13,7 @@ from typing import Any
 
 from spo_lake.lake import Lake
 from spo_lake.models.backend import PolicyBackend
-from spo_lake.pipelines.common import BufferedAppender
+from spo_lake.pipelines.common import BufferedAppender, sample_quota
 from spo_lake.pipelines.sample import (
     Request, SampleReport, SampleSettings, draw, recorded_run, select_prompts, sql_literal,
 )
@@ -80,6 +80,13 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
         raise ValueError(f"k must be at least 1, got {k}")
     q0_from_counts(1, 0, beta)  # rejects a bad β before any sampling
     problems = select_prompts(lake, where)
+
+    def missing() -> dict[str, int]:
+        have = success_counts(lake, model.model_id, problems)
+        return {p.prompt_id: k - have.get(p.prompt_id, (0, 0))[0] for p in problems}
+
+    # Claimed before counting: a copy of this run committing samples meanwhile makes ours re-count (exactly k each).
+    work = lake.claim(f"q0/{model.model_id}", "trajectories", sample_quota(missing))
     have = success_counts(lake, model.model_id, problems)
     # Sample indices continue after the reused ones, so their seeds differ from any earlier q0 run's.
     requests = [Request(p, i, 1.0) for p in problems for i in range(have.get(p.prompt_id, (0, 0))[0], k)]
@@ -89,7 +96,7 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
               "max_new_tokens": max_new_tokens}
     with recorded_run(lake, "q0", config) as run:
         report.run_id = run.run_id
-        with BufferedAppender(lake, flush_rows=flush_rows) as out:
+        with BufferedAppender(lake, flush_rows=flush_rows, work=work) as out:
             sampled = SampleReport()
             draw(model, requests, settings, out, run_id=run.run_id, report=sampled, evaluate=options,
                  workers=workers, batch=batch, show_progress=show_progress, label="q0")
@@ -99,9 +106,8 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
         rows = [{"prompt_id": pid, "trajectory_id": None, "position": None, "model_id": model.model_id,
                  "temperature": 1.0, "top_p": 1.0, "n": n, "n_success": s, "run_id": run.run_id}
                 for pid, (n, s) in counts.items() if recorded.get(pid) != (n, s)]
-        if rows:
-            lake.append("values", rows)
-        report.values_written = len(rows)
+        # counts a concurrent copy recorded first are the same fact (the key holds n and n_success): not added
+        report.values_written = lake.added("values", rows) if rows else 0
         if counts:
             report.mean_s0 = sum(s / n for n, s in counts.values()) / len(counts)
             report.mean_q0 = sum(q0_from_counts(n, s, beta) for n, s in counts.values()) / len(counts)

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 from spo_lake.lake import Lake
 from spo_lake.lake.contracts import to_json_text
 from spo_lake.models.backend import PolicyBackend
-from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar, where_clause
+from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar, sample_quota, where_clause
 from spo_lake.pipelines.evaluate import evaluation_row
 from spo_lake.pipelines.judge import judge_many
 from spo_lake.tasks import Problem, SandboxOptions, get_task
@@ -243,6 +243,13 @@ def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int
         raise ValueError(f"n must be at least 1, got {n}")
     settings = SampleSettings(source, temperature, top_p, max_new_tokens, template, seed, temperature_range)
     problems = select_prompts(lake, where)
+
+    def missing() -> dict[str, int]:
+        have = existing_counts(lake, model.model_id, settings)
+        return {p.prompt_id: n - have.get((p.prompt_id, settings.temperature_for(p.prompt_id)), 0) for p in problems}
+
+    # Claimed before counting: a copy of this run committing samples meanwhile makes ours re-count (exactly n each).
+    work = lake.claim(f"sample/{model.model_id}/{source}", "trajectories", sample_quota(missing))
     have = existing_counts(lake, model.model_id, settings)
     requests = []
     report = SampleReport(prompts=len(problems))
@@ -254,7 +261,7 @@ def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int
     config = {"model_id": model.model_id, "where": where, "n": n, "temperature": temperature, "top_p": top_p,
               "max_new_tokens": max_new_tokens, "source": source, "template": template, "seed": seed,
               "temperature_range": list(temperature_range) if temperature_range else None, "evaluate": evaluate}
-    with recorded_run(lake, "sample", config) as run, BufferedAppender(lake, flush_rows=flush_rows) as out:
+    with recorded_run(lake, "sample", config) as run, BufferedAppender(lake, flush_rows=flush_rows, work=work) as out:
         report.run_id = run.run_id
         draw(model, requests, settings, out, run_id=run.run_id, report=report,
              evaluate=options if evaluate else None, workers=workers, batch=batch, show_progress=show_progress)
