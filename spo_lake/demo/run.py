@@ -48,12 +48,12 @@ class DemoScale:
     eval_max_prompts: int
 
 
-QUICK = DemoScale(train_prompts=300, eval_prompts=40, tiny_steps=300, reference_samples=2, cot_samples=1,
-                  q0_samples=8, pts_rollouts=4, pts_trajectories=6, train_steps=30, online_per_step=16, lr=3e-4,
-                  eval_every=15, eval_max_prompts=40)
-FULL = DemoScale(train_prompts=2000, eval_prompts=100, tiny_steps=500, reference_samples=2, cot_samples=1,
-                 q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=150, online_per_step=16, lr=3e-4,
-                 eval_every=50, eval_max_prompts=100)
+QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=300, reference_samples=2, cot_samples=1,
+                  q0_samples=8, pts_rollouts=4, pts_trajectories=6, train_steps=24, online_per_step=16, lr=1e-4,
+                  eval_every=12, eval_max_prompts=30)
+FULL = DemoScale(train_prompts=1000, eval_prompts=100, tiny_steps=500, reference_samples=2, cot_samples=1,
+                 q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=90, online_per_step=16, lr=1e-4,
+                 eval_every=30, eval_max_prompts=100)
 FULL_SEEDS = (0, 1, 2)
 
 # Lake streams select from the snapshot: correct, one row per distinct program (dedup), any source but the runs'.
@@ -99,7 +99,7 @@ def run_config(name: str, method: dict[str, Any], out: Path, scale: DemoScale, s
     pi0 = str(out / "models" / "pi0")
     return {
         "model": pi0, "reference": pi0, "snapshot": f"demo-{seed}", "steps": scale.train_steps,
-        "lr": scale.lr, "warmup_steps": 5, "model_update_interval": 2, "max_new_tokens": 48,
+        "lr": scale.lr, "warmup_steps": 5, "model_update_interval": 2, "max_new_tokens": 48, "q0_prior": 0.5,
         "prompts_where": train_where(seed), "eval_every": scale.eval_every, "eval_where": held_out_where(seed),
         "eval_train_where": train_where(seed), "eval_max_prompts": scale.eval_max_prompts, "eval_n": 20,
         "eval_k": [1, 10], "run_dir": str(out / "runs"), "run_name": f"{_slug(name)}-s{seed}", "seed": seed,

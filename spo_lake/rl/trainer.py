@@ -118,6 +118,12 @@ class Trainer:
         self.train_eval_problems = select_problems(lake, config.eval_train_where, self.snapshot,
                                                    config.eval_max_prompts) \
             if config.eval_every and config.eval_train_where else []
+        wanted = [("eval_where", self.eval_problems)] + \
+            [("eval_train_where", self.train_eval_problems)] * bool(config.eval_train_where)
+        for key, chosen in wanted if config.eval_every else []:
+            if not chosen:  # fail before training, not at the first evaluation
+                raise ValueError(f"{key} `{getattr(config, key) or 'TRUE'}` selects no prompt at snapshot "
+                                 f"{self.snapshot!r} (add those prompts, or set eval_every = 0)")
 
     @classmethod
     def resume(cls, run_dir: str | Path, lake: Lake, overrides: list[str] | None = None,

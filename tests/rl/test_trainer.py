@@ -192,6 +192,14 @@ def test_evaluation_starts_at_step_0_with_pi0_on_held_out_and_training_prompts(l
     assert [pid for pid, _, _ in counts["train"]] == ["countdown/0/0", "countdown/0/1"]
 
 
+def test_an_empty_eval_selection_fails_before_training(lake, tiny_model_dir, tmp_path):
+    for key in ("eval_where", "eval_train_where"):
+        lines = config_lines(str(tiny_model_dir), tmp_path, eval_every=2, **{key: "p.prompt_id = 'nope'"})
+        with pytest.raises(ValueError, match=f"{key} .* selects no prompt"):
+            Trainer(load_config(None, lines), lake, show_progress=False)
+        assert not any(tmp_path.iterdir())  # no run directory, nothing trained
+
+
 def test_a_non_finite_gradient_skips_the_update_instead_of_poisoning_the_weights(lake, policy, tiny_model_dir, tmp_path):
     trainer = Trainer(load_config(None, config_lines(str(tiny_model_dir), tmp_path, write_back=False)), lake,
                       show_progress=False)
