@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
+import warnings
 from typing import Any, Callable, Mapping, Sequence
 
 from spo_lake.sandbox import Job, Limits, RunResult, thread_sandbox
@@ -68,7 +70,18 @@ def verify_humaneval(code: str, test_program: str, entry_point: str, timeout_s: 
     return verdict
 
 
-Check = Callable[[Mapping[str, Any], RunResult], "str | None"]  # why a finished run fails its test, or None
+Check = Callable[[Mapping[str, Any], RunResult], "str | None"]
+
+# Compiling a candidate on the host can warn about its code ("SyntaxWarning: 'int' object is not callable; perhaps
+# you missed a comma?"): the candidate's business, not the user's terminal. Candidates compile under this pseudo
+# filename, and a filter on it silences just those (thread-safe, unlike warnings.catch_warnings).
+CANDIDATE_FILE = "<candidate>"
+warnings.filterwarnings("ignore", category=SyntaxWarning, module=re.escape(CANDIDATE_FILE))
+
+
+def compile_candidate(code: str):
+    """Compile (never run) untrusted code: raises what compile raises, warns nothing."""
+    return compile(code, CANDIDATE_FILE, "exec", dont_inherit=True)  # why a finished run fails its test, or None
 
 
 def _verify(code: str, jobs: Sequence[Job], tests: Sequence[Mapping[str, Any]], check: Check, limits: Limits,
@@ -97,7 +110,7 @@ def _no_check(test: Mapping[str, Any], result: RunResult) -> None:
 
 def _syntax_error(code: str) -> str | None:
     try:
-        compile(code, "solution.py", "exec", dont_inherit=True)
+        compile_candidate(code)
     except SyntaxError as error:
         return f"line {error.lineno}: {error.msg}"
     except (ValueError, RecursionError, MemoryError) as error:  # null bytes, absurd nesting
