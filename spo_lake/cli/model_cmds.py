@@ -47,11 +47,19 @@ def register(app: typer.Typer) -> None:
              seed: int = typer.Option(0, help="seed of data, initialisation and data order"),
              style: str = typer.Option("direct", help="direct (expression only) or cot (a reasoning line first)"),
              steps: Optional[int] = typer.Option(None, help="training steps (default: the built-in schedule)")) -> None:
-        """Build and SFT-train the tiny countdown policy on CPU; loadable with AutoModelForCausalLM."""
+        """Build and SFT-train the tiny countdown policy on CPU; loadable with AutoModelForCausalLM. A finished build
+        of the same configuration in --out is kept (delete it to rebuild)."""
         import json
+        from dataclasses import replace
 
-        from spo_lake.models.tiny import build_tiny_model
+        from spo_lake.models.tiny import TinyConfig, build_tiny_model
 
+        wanted = TinyConfig(seed=seed, style=style)
+        wanted = replace(wanted, steps=steps) if steps is not None else wanted
+        built = Path(out) / "tiny_config.json"  # written last: a finished build
+        if built.is_file() and json.loads(built.read_text()).get("config_hash") == wanted.hash():
+            console.print(f"{out}: already built with this configuration, kept (delete it to rebuild)")
+            return
         path = build_tiny_model(out, seed=seed, steps=steps, style=style)
         info = json.loads((path / "tiny_config.json").read_text())
         console.print(f"{path}: {info['parameters']:,} parameters, final loss {info['final_loss']:.3f}, "
