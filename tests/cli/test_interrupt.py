@@ -154,8 +154,8 @@ def test_ingest_stops_all_or_nothing_and_a_rerun_lands_everything(work):
                "--set", "eval_every=0", "--set", "device='cpu'"], r"spo \S+ +━"),
 ])
 def test_a_long_verb_stops_on_ctrl_c(work, verb, args, label):
-    if verb == "evaluate":  # needs unjudged rows: the ingest test's big input
-        assert readable(work / "lake")["trajectories"] > BIG
+    if verb == "evaluate":
+        assert readable(work / "lake")["trajectories"] > BIG, "needs the unjudged rows the ingest test lands first"
     interrupt(["--lake", "lake", verb, *args], work, shows(label))
     readable(work / "lake")
 
