@@ -9,7 +9,9 @@ from typing import NoReturn, Optional
 
 import typer
 
-from spo_lake.cli import demo_cmds, export_cmds, ingest_cmds, lake_cmds, model_cmds, pipeline_cmds, train_cmds
+from spo_lake.cli import (
+    demo_cmds, export_cmds, ingest_cmds, interrupt, lake_cmds, model_cmds, pipeline_cmds, train_cmds,
+)
 from spo_lake.cli.common import DEFAULT_LAKE, STATE, parse_pairs, user_errors
 
 app = typer.Typer(help="spo-lake: a versioned trajectory lake and Soft Policy Optimization trainer.",
@@ -60,11 +62,14 @@ def main() -> NoReturn:
     Python's own interpreter shutdown sometimes aborts (SIGABRT, exit 134: "terminate called without an active
     exception") while polars' and deltalake's native thread pools are torn down. So once the command is done, the
     Python-level exit handlers run and the streams are flushed, then the process leaves through os._exit, which
-    skips the native destructors.
+    skips the native destructors. Ctrl-C: see `interrupt`.
     """
+    interrupt.install()
     try:
         app()
         code = 0
+    except interrupt.Interrupted:
+        interrupt.leave()
     except SystemExit as exc:
         code = exit_code(exc)
     except BaseException:  # an unexpected error: show it, as Python would, and fail

@@ -56,9 +56,9 @@ def register(app: typer.Typer) -> None:
                source: str = typer.Option("import", help=f"one of: {', '.join(SOURCES)}"),
                map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src (repeatable)"),
                task: Optional[str] = typer.Option(None, help="task for prompts created from a 'prompt' field"),
-               model: Optional[str] = typer.Option(None, help="model id for rows without 'model'"),
+               model: Optional[str] = typer.Option(None, help="model id for rows without 'model_id'"),
                run_id: Optional[str] = typer.Option(None, help="run id for rows without 'run_id'"),
-               tokenizer: Optional[str] = typer.Option(None, help="tokenizer id for rows without 'tokenizer'"),
+               tokenizer: Optional[str] = typer.Option(None, help="tokenizer id for rows without 'tokenizer_id'"),
                reward_map: Optional[str] = typer.Option(
                    None, help="map input rewards to the lake's 0 (pass) / -1 (fail): input=lake pairs such as "
                               f"1=0,0=-1, or a convention: {CONVENTIONS}"),

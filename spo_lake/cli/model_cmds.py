@@ -12,19 +12,24 @@ from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
 
 MODEL_HELP = "a local model directory or hub name"
+MODEL_ID_OPTION = typer.Option(None, "--model-id", help="record and reuse the lake's rows under this model id instead "
+                               "of the model's own (e.g. an id an older lake holds for it)")
 WHERE_PROMPTS = "SQL filter over prompts p"
 WHERE_TRAJECTORIES = "SQL filter over trajectories t joined with prompts p"
 
 
-def load_model(model: str, device: Optional[str], backend: str = "auto"):
+def load_model(model: str, device: Optional[str], backend: str = "auto", model_id: Optional[str] = None):
     """The policy backend for `model` (vLLM when present and backend is auto, else transformers on `device`)."""
+    from spo_lake.models.identity import resolve_model
+
+    resolve_model(model)  # a misspelt local path fails here, before torch is even imported
     from transformers.utils import logging as transformers_logging
 
     from spo_lake.models import load_policy
 
     transformers_logging.disable_progress_bar()  # our own status line says what is loading
     with console.status(f"loading {model}"):
-        return load_policy(model, backend=backend, device=device)
+        return load_policy(model, backend=backend, device=device, model_id=model_id)
 
 
 def read_template(path: Optional[str]) -> Optional[str]:
@@ -42,11 +47,19 @@ def register(app: typer.Typer) -> None:
              seed: int = typer.Option(0, help="seed of data, initialisation and data order"),
              style: str = typer.Option("direct", help="direct (expression only) or cot (a reasoning line first)"),
              steps: Optional[int] = typer.Option(None, help="training steps (default: the built-in schedule)")) -> None:
-        """Build and SFT-train the tiny countdown policy on CPU; loadable with AutoModelForCausalLM."""
+        """Build and SFT-train the tiny countdown policy on CPU; loadable with AutoModelForCausalLM. A finished build
+        of the same configuration in --out is kept (delete it to rebuild)."""
         import json
+        from dataclasses import replace
 
-        from spo_lake.models.tiny import build_tiny_model
+        from spo_lake.models.tiny import TinyConfig, build_tiny_model
 
+        wanted = TinyConfig(seed=seed, style=style)
+        wanted = replace(wanted, steps=steps) if steps is not None else wanted
+        built = Path(out) / "tiny_config.json"  # written last: a finished build
+        if built.is_file() and json.loads(built.read_text()).get("config_hash") == wanted.hash():
+            console.print(f"{out}: already built with this configuration, kept (delete it to rebuild)")
+            return
         path = build_tiny_model(out, seed=seed, steps=steps, style=style)
         info = json.loads((path / "tiny_config.json").read_text())
         console.print(f"{path}: {info['parameters']:,} parameters, final loss {info['final_loss']:.3f}, "
@@ -72,6 +85,7 @@ def register(app: typer.Typer) -> None:
                timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
                memory_mb: int = typer.Option(512, help="address-space limit"),
                sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+               model_id: Optional[str] = MODEL_ID_OPTION,
                format: OutputFormat = FORMAT_OPTION) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
@@ -80,7 +94,8 @@ def register(app: typer.Typer) -> None:
         if source not in SOURCES:
             raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         options, template_text = sandbox_options(timeout_s, memory_mb, sandbox), read_template(template)
-        report = run(open_lake(), load_model(model, device), where=where, n=n, temperature=temperature, top_p=top_p,
+        policy = load_model(model, device, model_id=model_id)
+        report = run(open_lake(), policy, where=where, n=n, temperature=temperature, top_p=top_p,
                      max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
                      temperature_range=temperature_range, evaluate=evaluate, options=options, workers=workers,
                      batch=batch)
@@ -100,12 +115,14 @@ def register(app: typer.Typer) -> None:
            timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
            memory_mb: int = typer.Option(512, help="address-space limit"),
            sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+           model_id: Optional[str] = MODEL_ID_OPTION,
            format: OutputFormat = FORMAT_OPTION) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
         from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
 
         options = sandbox_options(timeout_s, memory_mb, sandbox)
-        report = run(open_lake(), load_model(model, device), k=k, where=where, beta=PAPER_BETA if beta is None else beta,
+        policy = load_model(model, device, model_id=model_id)
+        report = run(open_lake(), policy, k=k, where=where, beta=PAPER_BETA if beta is None else beta,
                      seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers)
         show_report(report, format)
 
@@ -115,11 +132,13 @@ def register(app: typer.Typer) -> None:
                  where: Optional[str] = typer.Option(None, help=WHERE_TRAJECTORIES),
                  batch_size: int = typer.Option(16, help="sequences per scoring batch"),
                  device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+                 model_id: Optional[str] = MODEL_ID_OPTION,
                  format: OutputFormat = FORMAT_OPTION) -> None:
         """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
         from spo_lake.pipelines.refprobs import refprobs as run
 
-        show_report(run(open_lake(), load_model(model, device), where=where, batch_size=batch_size), format)
+        policy = load_model(model, device, model_id=model_id)
+        show_report(run(open_lake(), policy, where=where, batch_size=batch_size), format)
 
     @app.command()
     @user_errors
@@ -135,13 +154,15 @@ def register(app: typer.Typer) -> None:
             timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
             memory_mb: int = typer.Option(512, help="address-space limit"),
             sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+            model_id: Optional[str] = MODEL_ID_OPTION,
             format: OutputFormat = FORMAT_OPTION) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
         from spo_lake.pipelines.pts import pts as run
 
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         # transformers: PTS continues token-level prefixes, which only that backend's sampler takes so far
-        report = run(open_lake(), load_model(model, device, "transformers"), k=k, threshold=threshold, where=where,
+        policy = load_model(model, device, "transformers", model_id)
+        report = run(open_lake(), policy, k=k, threshold=threshold, where=where,
                      s0_range=tuple(s0_range), max_new_tokens=max_new_tokens, seed=seed, options=options,
                      workers=workers)
         show_report(report, format)

@@ -28,6 +28,10 @@ TRAJECTORY_FIELDS: dict[str, str] = {
     "metadata": "object",
 }
 TRAJECTORY_REQUIRED = ("prompt_id", "response")
+# The schema's names for these fields: what `spolake ingest --help` documents and what error messages say. The input
+# may use either name (see shapes.TRAJECTORY_ALIASES); inside ingest the short names are the columns.
+SCHEMA_NAMES = {"response": "response_text", "model": "model_id", "tokenizer": "tokenizer_id",
+                "logprobs": "behavior_logprobs"}
 PROMPT_FIELDS: dict[str, str] = {
     "prompt_id": "string", "task": "string", "prompt": "string", "tests": "object", "time_limit_s": "float",
     "memory_limit_mb": "int", "metadata": "object",
@@ -43,6 +47,11 @@ _ARROW: dict[str, pa.DataType] = {
 _KIND_WORDS = {"string": "a string", "int": "an integer", "float": "a number", "object": "a JSON object",
                "list<int>": "a list of integers", "list<float>": "a list of numbers"}
 _INT64 = (-(2**63), 2**63)
+
+
+def field_name(field: str) -> str:
+    """How messages name an input field: by its schema name."""
+    return SCHEMA_NAMES.get(field, field)
 
 
 @dataclass(frozen=True)
@@ -82,7 +91,8 @@ def from_records(records: Iterable[Located], fields: dict[str, str], what: str) 
         for f, kind in fields.items():
             v = loc.record.get(f)
             if v is not None and not _value_ok(kind, v):
-                raise IngestError(f"{loc.where}: field {f!r}: expected {_KIND_WORDS[kind]}, got {_describe(kind, v)}")
+                raise IngestError(f"{loc.where}: field {field_name(f)!r}: expected {_KIND_WORDS[kind]}, "
+                                  f"got {_describe(kind, v)}")
             if kind == "object" and v is not None:
                 v = json_text(v, loc.where, f)
             columns[f].append(v)
@@ -103,7 +113,7 @@ def json_text(v: dict, where: str, field: str) -> str:
     try:
         return json.dumps(v, sort_keys=True, allow_nan=False, ensure_ascii=False)
     except (ValueError, TypeError) as exc:
-        raise IngestError(f"{where}: field {field!r}: not JSON-serialisable ({exc})") from None
+        raise IngestError(f"{where}: field {field_name(field)!r}: not JSON-serialisable ({exc})") from None
 
 
 # ---- typed Arrow tables -----------------------------------------------------------------------------------------
@@ -124,8 +134,8 @@ def from_arrow(table: pa.Table, fields: dict[str, str], origin: str, what: str) 
                                               for i, v in enumerate(col.to_pylist())], pa.string())])
         if not _arrow_type_ok(kind, col.type):
             row = pc.index(pc.is_valid(col), True).as_py()
-            raise IngestError(f"{where(max(row, 0))}: field {f!r}: expected {_KIND_WORDS[kind]}, got a column of "
-                              f"Arrow type {col.type}")
+            raise IngestError(f"{where(max(row, 0))}: field {field_name(f)!r}: expected {_KIND_WORDS[kind]}, got a "
+                              f"column of Arrow type {col.type}")
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             _check_utf8(col, where, f)
         cols[f] = _cast(col, kind, where, f)
@@ -160,7 +170,8 @@ def _cast(col: pa.ChunkedArray, kind: str, where: Callable[[int], str], field: s
             try:
                 pa.array([v], _ARROW[kind])
             except (pa.ArrowInvalid, OverflowError):
-                raise IngestError(f"{where(i)}: field {field!r}: {v!r} does not fit {_KIND_WORDS[kind]}") from None
+                raise IngestError(f"{where(i)}: field {field_name(field)!r}: {v!r} does not fit "
+                                  f"{_KIND_WORDS[kind]}") from None
         raise
 
 
@@ -171,7 +182,8 @@ def _check_utf8(col: pa.ChunkedArray, where: Callable[[int], str], field: str) -
         try:
             chunk.validate(full=True)
         except pa.ArrowInvalid:
-            raise IngestError(f"{where(offset + _first_bad_utf8(chunk))}: field {field!r}: invalid UTF-8") from None
+            raise IngestError(f"{where(offset + _first_bad_utf8(chunk))}: field {field_name(field)!r}: "
+                              "invalid UTF-8") from None
         offset += len(chunk)
 
 

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from spo_lake.ingest.readers import IngestError, reject_constant
-from spo_lake.ingest.records import PROMPT_REQUIRED, SOURCES, TRAJECTORY_REQUIRED, Batch
+from spo_lake.ingest.records import PROMPT_REQUIRED, SOURCES, TRAJECTORY_REQUIRED, Batch, field_name
 
 TOKEN_ID_MAX = 2**31 - 1  # token ids are stored as int32
 LOGPROB_MAX = 1e-4  # a log-probability is <= 0; a little slack for float error
@@ -34,7 +34,7 @@ def require(batch: Batch, fields: Iterable[str]) -> None:
     for f in fields:
         i = _first(pc.is_null(batch.table.column(f)))
         if i is not None:
-            raise IngestError(f"{batch.where(i)}: missing required field {f!r}")
+            raise IngestError(f"{batch.where(i)}: missing required field {field_name(f)!r}")
 
 
 def _in_range(values: pa.Array, lo: float, hi: float) -> bool:
@@ -63,7 +63,7 @@ def require_finite(batch: Batch, field: str, lo: float = -math.inf, hi: float = 
         bad = pc.or_(pc.invert(pc.is_finite(col)), pc.or_(pc.less(col, lo), pc.greater(col, hi)))
         i = _first(bad)
         bounds = _bounds(lo, hi, pa.types.is_integer(col.type))
-        raise IngestError(f"{batch.where(i)}: field {field!r}: value {col[i].as_py()!r} is not {bounds}")
+        raise IngestError(f"{batch.where(i)}: field {field_name(field)!r}: value {col[i].as_py()!r} is not {bounds}")
     elements = [chunk.flatten() for chunk in col.chunks]
     has_null = any(e.null_count for e in elements)
     if not has_null and all(_in_range(e, lo, hi) for e in elements):
@@ -77,14 +77,14 @@ def require_finite(batch: Batch, field: str, lo: float = -math.inf, hi: float = 
     index = j - (arr.offsets[row].as_py() - arr.offsets[0].as_py())
     integers = pa.types.is_integer(values.type)
     problem = "is null" if values[j].as_py() is None else f"{values[j].as_py()!r} is not {_bounds(lo, hi, integers)}"
-    raise IngestError(f"{batch.where(row)}: field {field!r}: element {index} {problem}")
+    raise IngestError(f"{batch.where(row)}: field {field_name(field)!r}: element {index} {problem}")
 
 
 def require_in(batch: Batch, field: str, allowed: Iterable[str]) -> None:
     col = batch.table.column(field)
     i = _first(pc.and_(pc.is_valid(col), pc.invert(pc.is_in(col, pa.array(list(allowed))))))
     if i is not None:
-        raise IngestError(f"{batch.where(i)}: field {field!r}: unknown value {col[i].as_py()!r} "
+        raise IngestError(f"{batch.where(i)}: field {field_name(field)!r}: unknown value {col[i].as_py()!r} "
                           f"(one of {', '.join(allowed)})")
 
 
@@ -105,7 +105,8 @@ def require_json_objects(batch: Batch, field: str) -> None:
         except ValueError:
             ok = False
         if not ok:
-            raise IngestError(f"{batch.where(i)}: field {field!r}: expected the text of a JSON object, got {v[:40]!r}")
+            raise IngestError(f"{batch.where(i)}: field {field_name(field)!r}: expected the text of a JSON object, "
+                              f"got {v[:40]!r}")
 
 
 def _arrow_says_objects(values: pa.ChunkedArray) -> bool:
@@ -147,10 +148,11 @@ def validate_trajectories(batch: Batch) -> None:
     ids, lps = t.column("token_ids"), t.column("logprobs")
     i = _first(pc.and_(pc.is_null(ids), pc.is_valid(lps)))
     if i is not None:
-        raise IngestError(f"{batch.where(i)}: field 'logprobs': given without 'token_ids'")
+        raise IngestError(f"{batch.where(i)}: field 'behavior_logprobs': given without 'token_ids'")
     i = _first(pc.not_equal(pc.list_value_length(ids), pc.list_value_length(lps)))
     if i is not None:
-        raise IngestError(f"{batch.where(i)}: field 'logprobs': length {len(lps[i])} != len(token_ids) {len(ids[i])}")
+        raise IngestError(f"{batch.where(i)}: field 'behavior_logprobs': length {len(lps[i])} != "
+                          f"len(token_ids) {len(ids[i])}")
     i = _first(pc.less(t.column("policy_version"), 0))
     if i is not None:
         raise IngestError(f"{batch.where(i)}: field 'policy_version': negative")

@@ -28,28 +28,27 @@ from typing import Any, Iterable, Iterator
 import pyarrow as pa
 
 from spo_lake.ingest.readers import IngestError, Located, reject_constant
-from spo_lake.ingest.records import Batch, from_arrow, from_records
+from spo_lake.ingest.records import SCHEMA_NAMES, Batch, from_arrow, from_records
 
-# input name -> canonical name, per record kind
-TRAJECTORY_ALIASES = {"response_text": "response", "completion": "response", "model_id": "model",
-                      "tokenizer_id": "tokenizer", "behavior_logprobs": "logprobs"}
+# input name -> canonical name, per record kind: the schema's names, and TRL's `completion`
+TRAJECTORY_ALIASES = {**{schema: name for name, schema in SCHEMA_NAMES.items()}, "completion": "response"}
 PROMPT_ALIASES = {"problem": "prompt", "prompt_metadata": "metadata"}  # spo-lake's prompt export
 DERIVED = ("response_hash", "created_at")
-# What `spolake ingest --help` lists: every trajectory field, with the names it is also accepted under.
+# What `spolake ingest --help` lists: every trajectory field by its schema name, and the names it is also read under.
 TRAJECTORY_FIELD_DOCS = {
     "prompt_id": "the problem's id (default: prompt-<sha256 of the prompt text>)",
-    "response": "the model's answer text (also: response_text, completion)",
+    "response_text": "the model's answer text (also: response, and TRL's completion)",
     "prompt": "prompt text, or {role, content} messages; creates the problem with --task",
     "task": "the problem's task (countdown, humaneval, codecontests, taco)",
-    "messages": "a conversation ending with the assistant's answer (instead of prompt + response)",
+    "messages": "a conversation ending with the assistant's answer (instead of prompt + response_text)",
     "chosen / rejected": "a preference pair: two trajectories, reward 0 and -1",
     "reward": "0 (pass) or -1 (fail); other conventions with --reward-map",
     "passed": "true/false: the reward when none is given; must agree with it otherwise",
     "source": "where it came from (default --source)",
-    "model": "the model that produced it (also: model_id)",
+    "model_id": "the model that produced it (also: model)",
     "run_id": "the run that produced it", "trajectory_id": "its id (default: derived from its content)",
-    "token_ids": "response token ids", "logprobs": "their behaviour log-probs (also: behavior_logprobs)",
-    "tokenizer": "the tokenizer of token_ids (also: tokenizer_id)", "policy_version": "policy version (int >= 0)",
+    "token_ids": "response token ids", "behavior_logprobs": "their behaviour log-probs (also: logprobs)",
+    "tokenizer_id": "the tokenizer of token_ids (also: tokenizer)", "policy_version": "policy version (int >= 0)",
     "temperature": "sampling temperature", "top_p": "sampling top-p", "metadata": "a JSON object",
 }  # a raw export's columns the lake computes itself
 REWARD_CONVENTIONS = {"binary": "1=0,0=-1", "signed": "1=0,-1=-1"}  # name -> map (input=lake)

@@ -17,6 +17,7 @@ from typing import Protocol, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from spo_lake.models.identity import model_identity, resolve_model
 from spo_lake.models.sampling import gather_token_log_probs, positions_from_mask, sampling_log_probs
 
 
@@ -117,15 +118,19 @@ class TransformersPolicy:
 
     @classmethod
     def from_pretrained(
-        cls, path_or_name: str, device: str = "cpu", dtype: str | torch.dtype = "float32", batch_size: int = 64
+        cls, path_or_name: str, device: str = "cpu", dtype: str | torch.dtype = "float32", batch_size: int = 64,
+        model_id: str | None = None,
     ) -> "TransformersPolicy":
-        """Load a local directory or a hub name with AutoModelForCausalLM / AutoTokenizer."""
+        """Load a local directory or a hub name with AutoModelForCausalLM / AutoTokenizer; its model_id is
+        `model_identity(path_or_name)` unless given (see spo_lake.models.identity)."""
+        target = resolve_model(path_or_name)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path_or_name)
-            model = AutoModelForCausalLM.from_pretrained(path_or_name, dtype=_resolve_dtype(dtype))
+            tokenizer = AutoTokenizer.from_pretrained(target)
+            model = AutoModelForCausalLM.from_pretrained(target, dtype=_resolve_dtype(dtype))
         except OSError as exc:
             raise ValueError(f"cannot load model {path_or_name!r}: {str(exc).splitlines()[0]}") from None
-        return cls(model.to(device), tokenizer, model_id=str(path_or_name), batch_size=batch_size)
+        return cls(model.to(device), tokenizer, model_id=model_id or model_identity(path_or_name),
+                   batch_size=batch_size)
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return encode_prompt(self.tokenizer, prompt)

@@ -36,17 +36,20 @@ class VLLMPolicy:
 
     @classmethod
     def from_pretrained(
-        cls, path_or_name: str, dtype: str = "auto", gpu_memory_utilization: float = 0.85, seed: int = 0
+        cls, path_or_name: str, dtype: str = "auto", gpu_memory_utilization: float = 0.85, seed: int = 0,
+        model_id: str | None = None,
     ) -> "VLLMPolicy":
         if not vllm_available():
             raise RuntimeError("the vLLM backend needs `pip install vllm` and a CUDA GPU; use the transformers backend")
         from vllm import LLM
 
+        from spo_lake.models.identity import model_identity, resolve_model
+
         llm = LLM(
-            model=path_or_name, dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed,
+            model=resolve_model(path_or_name), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed,
             logprobs_mode="processed_logprobs",
         )
-        return cls(llm, model_id=str(path_or_name))
+        return cls(llm, model_id=model_id or model_identity(path_or_name))
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return encode_prompt(self.tokenizer, prompt)

@@ -1,8 +1,10 @@
 """Declarative recipes: a TOML file of `[[steps]]`, each naming a pipeline verb and its keyword arguments.
 
 Keys map 1:1 to the pipeline functions' keyword arguments (torchtune-style: the config *is* the call). Strings may
-reference `[vars]` as `{name}`; `--set name=value` overrides a var. Every step is incremental, so re-running a recipe
-after a crash continues where it stopped; the run records, per step, its summary and the table versions it produced.
+reference `[vars]` as `{name}`; `--set name=value` overrides a var. Relative paths (models, inputs, templates, `out`)
+resolve against the working directory, as every other path given to spolake does, not against the recipe's folder.
+Every step is incremental, so re-running a recipe after a crash continues where it stopped; the run records, per
+step, its summary and the table versions it produced.
 
     [vars]
     lake = "demo/lake"
@@ -28,25 +30,21 @@ SANDBOX_KEYS = ("timeout_s", "memory_mb", "sandbox")
 
 @dataclass
 class Context:
-    """What steps share: the lake, loaded models (by path), and where relative paths resolve."""
+    """What steps share: the lake and the models loaded so far (one per model, however its path is spelt)."""
 
     lake: Lake
-    base_dir: Path
     models: dict[str, Any] = field(default_factory=dict)
     show_progress: bool = True
 
-    def model(self, path: str):
-        """A local directory (relative to the recipe) or, if there is none, a hub name."""
+    def model(self, name: str):
+        """A local model directory or a hub name (see spo_lake.models.identity)."""
         from spo_lake.models.backend import TransformersPolicy
+        from spo_lake.models.identity import resolve_model
 
-        local = self.path(path)
-        path = local if Path(local).exists() else path
-        if path not in self.models:
-            self.models[path] = TransformersPolicy.from_pretrained(path)
-        return self.models[path]
-
-    def path(self, p: str) -> str:
-        return str(p) if Path(p).is_absolute() or "://" in str(p) else str(self.base_dir / p)
+        target = resolve_model(name)
+        if target not in self.models:
+            self.models[target] = TransformersPolicy.from_pretrained(target)
+        return self.models[target]
 
 
 def _sandbox(params: dict[str, Any]) -> SandboxOptions:
@@ -58,7 +56,7 @@ def _sandbox(params: dict[str, Any]) -> SandboxOptions:
 def step_model_tiny(ctx: Context, p: dict[str, Any]) -> str:
     from spo_lake.models.tiny import build_tiny_model
 
-    out = Path(ctx.path(p.pop("out")))
+    out = Path(p.pop("out"))
     if (out / "config.json").exists():
         return f"{out} exists, kept"
     build_tiny_model(out, **p)
@@ -71,15 +69,15 @@ def step_prompts_add(ctx: Context, p: dict[str, Any]) -> str:
 
     if "dataset" in p:
         path = p.pop("path", None)
-        prompts, solutions = ingest_dataset(ctx.lake, p.pop("dataset"), path and ctx.path(path), **p)
+        prompts, solutions = ingest_dataset(ctx.lake, p.pop("dataset"), path, **p)
         return f"prompts {prompts.summary()}; human solutions {solutions.summary()}"
-    return add_prompts(ctx.lake, load_batch(ctx.path(p.pop("path")), PROMPT_FIELDS, "prompts", p.pop("map", None))).summary()
+    return add_prompts(ctx.lake, load_batch(p.pop("path"), PROMPT_FIELDS, "prompts", p.pop("map", None))).summary()
 
 
 def step_ingest(ctx: Context, p: dict[str, Any]) -> str:
     from spo_lake.ingest import TRAJECTORY_FIELDS, ingest_trajectories, load_batch
 
-    batch = load_batch(ctx.path(p.pop("path")), TRAJECTORY_FIELDS, "trajectories", p.pop("map", None))
+    batch = load_batch(p.pop("path"), TRAJECTORY_FIELDS, "trajectories", p.pop("map", None))
     return ingest_trajectories(ctx.lake, batch, source=p.pop("source", "import"), task=p.pop("task", None),
                                defaults=p).summary()
 
@@ -104,8 +102,8 @@ def _model_step(fn_path: str, sandboxed: bool) -> Callable[[Context, dict[str, A
         fn = getattr(importlib.import_module(module), name)
         model = ctx.model(p.pop("model"))
         extra = {"options": _sandbox(p)} if sandboxed else {}
-        if "template" in p:  # a file, relative to the recipe
-            p["template"] = Path(ctx.path(p["template"])).read_text()
+        if "template" in p:  # a file
+            p["template"] = Path(p["template"]).read_text()
         for key in ("temperature_range", "s0_range"):
             if key in p:
                 p[key] = tuple(p[key])
@@ -179,7 +177,7 @@ def run_recipe(recipe: Recipe, lake: Lake, *, show_progress: bool = True,
     """Run every step in order; returns (and records in `runs`) what each produced."""
     from spo_lake.pipelines.sample import recorded_run
 
-    ctx = Context(lake, recipe.path.parent.resolve(), show_progress=show_progress)
+    ctx = Context(lake, show_progress=show_progress)
     done: list[dict[str, Any]] = []
     config = {"recipe": str(recipe.path), "vars": recipe.vars, "steps": recipe.steps}
     with recorded_run(lake, "pipeline", config) as run:

@@ -52,7 +52,7 @@ class TrainConfig:
     # models
     model: str = ""
     reference: str = ""  # π0 (reference model); "" = `model`
-    reference_id: str = ""  # model_id of π0 in the values/logprobs tables; "" = `reference` as given
+    reference_id: str = ""  # model_id of π0 in the values/logprobs tables; "" = model_identity(reference)
     # algorithm
     algorithm: str = "spo"
     objective: str = "terminal"
@@ -123,7 +123,9 @@ class TrainConfig:
 
     @property
     def pi0_id(self) -> str:
-        return self.reference_id or self.reference_path
+        from spo_lake.models.identity import model_identity
+
+        return self.reference_id or model_identity(self.reference_path)
 
     @property
     def behaviour_interval(self) -> int:

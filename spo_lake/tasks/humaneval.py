@@ -30,7 +30,7 @@ from pathlib import Path
 from spo_lake.tasks.base import Problem, SandboxOptions, Verdict
 from spo_lake.tasks.codecontests import run_limits
 from spo_lake.tasks.extract import extract_code
-from spo_lake.tasks.verifiers import verify_humaneval
+from spo_lake.tasks.verifiers import compile_candidate, verify_humaneval
 
 REQUIRED = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 
@@ -101,7 +101,7 @@ def _defines(code: str, name: str) -> bool:
 def _compiles(code: str) -> bool:
     """Compiling (never running) also catches what parsing misses, like a misplaced `from __future__`."""
     try:
-        compile(code, "program.py", "exec", dont_inherit=True)
+        compile_candidate(code)
     except _UNPARSEABLE:
         return False
     return True

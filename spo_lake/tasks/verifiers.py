@@ -19,6 +19,7 @@ import ast
 import math
 import re
 import time
+import warnings
 from collections import deque
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
@@ -161,6 +162,18 @@ def _key(args: list[Any]) -> bytes:
         return b""  # never prefetched: the call goes to the sandbox (and fails there if it cannot be sent)
 
 
+# Compiling a candidate on the host can warn about its code ("SyntaxWarning: 'int' object is not callable; perhaps
+# you missed a comma?"): the candidate's business, not the user's terminal. Candidates compile under this pseudo
+# filename, and a filter on it silences just those (thread-safe, unlike warnings.catch_warnings).
+CANDIDATE_FILE = "<candidate>"
+warnings.filterwarnings("ignore", category=SyntaxWarning, module=re.escape(CANDIDATE_FILE))
+
+
+def compile_candidate(code: str):
+    """Compile (never run) untrusted code: raises what compile raises, warns nothing."""
+    return compile(code, CANDIDATE_FILE, "exec", dont_inherit=True)
+
+
 @lru_cache(maxsize=512)
 def literal_calls(test_program: str, names: frozenset[str]) -> list[list[Any]]:
     """Argument lists of the calls to any of `names` whose arguments are all literals, in source order
@@ -218,7 +231,7 @@ def _failed(code: str, started: float, index: int | None, verdict: str, detail: 
 
 def _syntax_error(code: str) -> str | None:
     try:
-        compile(code, "solution.py", "exec", dont_inherit=True)
+        compile_candidate(code)
     except SyntaxError as error:
         return f"line {error.lineno}: {error.msg}"
     except (ValueError, RecursionError, MemoryError) as error:  # null bytes, absurd nesting

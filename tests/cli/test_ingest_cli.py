@@ -126,16 +126,16 @@ def text(s: str):
 
 BAD = [  # (id, file name, writer, location, field)
     ("truncated-json", "t.jsonl", text(jsonl([row()]) + '{"prompt_id": "p1", "response": '), "line 2", "response"),
-    ("wrong-type", "t.jsonl", text(jsonl([row(response=5)])), "line 1", "response"),
+    ("wrong-type", "t.jsonl", text(jsonl([row(response=5)])), "line 1", "response_text"),
     ("missing-required", "t.jsonl", text(jsonl([row(), {"response": "x"}])), "line 2", "prompt_id"),
     ("nan-reward", "t.jsonl", text('{"prompt_id": "p1", "response": "a", "reward": NaN}\n'), "line 1", "reward"),
     ("inf-logprob", "t.jsonl", text('{"prompt_id": "p1", "response": "a", "token_ids": [1], "logprobs": [-Infinity]}\n'),
-     "line 1", "logprobs"),
-    ("positive-logprob", "t.jsonl", text(jsonl([row(token_ids=[1], logprobs=[0.5])])), "line 1", "logprobs"),
+     "line 1", "behavior_logprobs"),
+    ("positive-logprob", "t.jsonl", text(jsonl([row(token_ids=[1], logprobs=[0.5])])), "line 1", "behavior_logprobs"),
     ("negative-token-id", "t.jsonl", text(jsonl([row(), row(token_ids=[1, -3])])), "line 2", "token_ids"),
     ("non-integer-token-id", "t.jsonl", text(jsonl([row(token_ids=[1, 2.5])])), "line 1", "token_ids"),
     ("huge-token-id", "t.jsonl", text(jsonl([row(token_ids=[2**40])])), "line 1", "token_ids"),
-    ("length-mismatch", "t.jsonl", text(jsonl([row(token_ids=[1, 2], logprobs=[-1.0])])), "line 1", "logprobs"),
+    ("length-mismatch", "t.jsonl", text(jsonl([row(token_ids=[1, 2], logprobs=[-1.0])])), "line 1", "behavior_logprobs"),
     ("invalid-utf8", "t.jsonl", lambda p: p.write_bytes(b'{"prompt_id": "p1", "response": "\xff\xfe"}\n'),
      "line 1", "response"),
     ("unknown-source", "t.jsonl", text(jsonl([row(source="martian")])), "line 1", "source"),
@@ -158,12 +158,12 @@ BAD = [  # (id, file name, writer, location, field)
     ("parquet-invalid-utf8", "t.parquet",
      lambda p: pq.write_table(pa.table({"prompt_id": ["p1"], "response": pa.array([b"ok\xff"], pa.binary())})
                               .cast(pa.schema([("prompt_id", pa.string()), ("response", pa.string())]), safe=False), p),
-     "row 1", "response"),
+     "row 1", "response_text"),
     ("parquet-not-parquet", "t.parquet", text("this is not parquet"), None, None),
     ("csv-not-a-number", "t.csv", text("prompt_id,response,reward\np1,a,0\np1,b,high\n"), "line 3", "reward"),
     ("csv-bad-token-ids", "t.csv", text('prompt_id,response,token_ids\np1,a,"[1, -3]"\n'), "line 2", "token_ids"),
     ("csv-invalid-utf8", "t.csv", lambda p: p.write_bytes(b"prompt_id,response\np1,ok\np1,\xff\n"), "line 3", "response"),
-    ("csv-missing-required", "t.csv", text("prompt_id,response\np1,\n"), "line 2", "response"),
+    ("csv-missing-required", "t.csv", text("prompt_id,response\np1,\n"), "line 2", "response_text"),
 ]
 
 

@@ -72,7 +72,11 @@ def test_user_mistakes_are_one_line_errors(cli, tiny_model_dir, args, message):
 def test_an_unloadable_model_is_a_one_line_error(cli, tmp_path):
     invoke, _ = cli
     result = invoke("refprobs", "--model", tmp_path / "missing-model")
-    assert result.exit_code == 1 and "cannot load model" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 1 and "no such directory" in result.output and "Traceback" not in result.output
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "config.json").write_text("{}")  # a directory transformers cannot load
+    result = invoke("refprobs", "--model", tmp_path / "broken")
+    assert result.exit_code == 1 and result.output.startswith("error: ") and len(result.output.splitlines()) == 1
 
 
 def test_model_tiny_builds_a_loadable_model(tmp_path):

@@ -126,7 +126,7 @@ def test_resume_after_kill_9_reproduces_the_uninterrupted_run(lake, tiny_model_d
     assert lake.sql(count.format("whole")).column("n")[0].as_py() == 12 * 4
 
 
-def test_cached_and_live_reference_log_probs_give_the_same_loss(lake, policy):
+def test_cached_and_live_reference_log_probs_give_the_same_loss(lake, policy, tiny_model_dir):
     settings = StreamSettings(policy.model_id, BETA, seed=0, max_response_tokens=64)
     stream = LakeStream(lake, "base", StreamConfig("human", "lake", 1.0, where="source = 'human'"), 0, settings, policy)
     examples = stream.take(6)
@@ -134,7 +134,7 @@ def test_cached_and_live_reference_log_probs_give_the_same_loss(lake, policy):
     cached = collate(examples, policy.pad_id)
     live = collate([type(e)(**{**vars(e), "ref_logprobs": None}) for e in examples], policy.pad_id)
     assert not live.ref_cached.any()
-    reference = TransformersPolicy.from_pretrained(policy.model_id).model
+    reference = TransformersPolicy.from_pretrained(str(tiny_model_dir)).model
     policy_lp = response_log_probs(policy.model, cached)
     losses = [spo_loss(policy_lp, reference_log_probs(reference, batch), batch.response_mask, batch.reward, batch.q0,
                        BETA, loss="ce").loss for batch in (cached, live)]

@@ -1,0 +1,56 @@
+"""Ctrl-C: every verb stops within a couple of seconds, says so in one line, and exits 130 (128 + SIGINT).
+
+The first SIGINT raises `Interrupted` in the main thread, so `finally` blocks and context managers run as usual
+(a pipeline's `runs` row says failed, a trainer closes its worker). Some waits cannot be cut short from Python:
+a `with ThreadPoolExecutor` block finishes every queued job before it exits, a sandbox run its test. So the
+first SIGINT also arms a watchdog: GRACE_S later, or at a second SIGINT, the process leaves through os._exit
+wherever it is. That is safe for the lake for the same reason a SIGKILL is: every write is a Delta commit, which
+either lands whole or not at all, and every verb skips what earlier commits hold, so a rerun continues.
+
+`Interrupted` is not a KeyboardInterrupt on purpose: click turns those into "Aborted!" and exit 1.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+EXIT_CODE = 130
+GRACE_S = 1.5
+MESSAGE = "interrupted; rerun to continue"
+
+_fired = threading.Event()
+_said = threading.Lock()
+
+
+class Interrupted(BaseException):
+    """Raised in the main thread by the first Ctrl-C."""
+
+
+def install() -> None:
+    """Handle SIGINT as above. Installed even where SIGINT was inherited as ignored (a job started with `&` from
+    a script): a user who presses Ctrl-C or sends SIGINT to a verb wants it to stop."""
+    signal.signal(signal.SIGINT, _on_sigint)
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    if _fired.is_set():  # a second Ctrl-C: no more waiting
+        leave()
+    _fired.set()
+    watchdog = threading.Timer(GRACE_S, leave)
+    watchdog.daemon = True
+    watchdog.start()
+    raise Interrupted
+
+
+def leave() -> None:
+    """Print the one line (once, whichever thread gets here first) and exit now, skipping every teardown."""
+    _said.acquire()  # never released: a second caller waits here until the first one's os._exit
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe has nothing left to flush to
+            pass
+    os.write(2, f"\n{MESSAGE}\n".encode())  # the newline ends the terminal's "^C" (or a progress line)
+    os._exit(EXIT_CODE)

@@ -1,0 +1,172 @@
+"""Ctrl-C on every long verb, as a user does it: a real `spolake` process, started the way a shell starts a
+background job (SIGINT ignored on entry: the reported "Ctrl-C did not stop pts"), gets SIGINT on its process group
+(what a terminal's Ctrl-C sends) once its work is under way. It must exit 130 within a couple of seconds with the
+one line "interrupted; rerun to continue", and leave a lake that reads and that a rerun continues.
+
+"Under way" is read off the verb's own progress display (rich draws it when TTY_COMPATIBLE=1) or, for verbs
+without one, off the `runs` row it commits when it starts. Inputs are sized so no verb can finish first.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from spo_lake.cli.interrupt import EXIT_CODE, GRACE_S, MESSAGE
+from spo_lake.lake import Lake, table_names
+
+SPOLAKE = str(Path(sys.executable).with_name("spolake"))
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+EXIT_WITHIN_S = GRACE_S + 3.0  # the watchdog's grace, and slack for a busy CI machine
+BIG = 300_000  # trajectories in the big input: ingest, dedup, evaluate and refprobs each take many seconds on it
+
+
+class Verb:
+    """A running `spolake` child whose stderr is collected as it comes."""
+
+    def __init__(self, args: list[str], cwd: Path):
+        env = {**os.environ, "TTY_COMPATIBLE": "1", "COLUMNS": "120"}
+        ignore = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731  (as `cmd &` in a script)
+        self.proc = subprocess.Popen([SPOLAKE, *args], cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, start_new_session=True, preexec_fn=ignore)
+        self.chunks: list[bytes] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for chunk in iter(lambda: self.proc.stderr.read1(4096), b""):
+            self.chunks.append(chunk)
+
+    @property
+    def stderr(self) -> str:
+        return ANSI.sub("", b"".join(self.chunks).decode(errors="replace")).replace("\r", "\n")
+
+    def wait_until(self, ready: Callable[["Verb"], bool], timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready(self):
+            assert self.proc.poll() is None, f"exited {self.proc.returncode} before its work started:\n{self.stderr}"
+            assert time.monotonic() < deadline, f"work never started:\n{self.stderr[-2000:]}"
+            time.sleep(0.05)
+
+    def ctrl_c(self) -> float:
+        """SIGINT to the process group; seconds until the process exited."""
+        sent = time.monotonic()
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=30)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.reader.join(timeout=5)
+        return time.monotonic() - sent
+
+
+def shows(pattern: str) -> Callable[[Verb], bool]:
+    """Ready once the verb's progress bar (or status line) matching `pattern` is on screen."""
+    return lambda verb: re.search(pattern, verb.stderr) is not None
+
+
+def commits_to_runs(lake: Path) -> Callable[[Verb], bool]:
+    """Ready once the verb committed its `running` row to the runs table (one more Delta log entry)."""
+    log = lake / "runs" / "_delta_log"
+    before = len(list(log.glob("*.json")))
+    return lambda verb: len(list(log.glob("*.json"))) > before
+
+
+def readable(lake: Path) -> dict[str, int]:
+    opened = Lake.open(lake)
+    query = " UNION ALL ".join(f"SELECT '{t}' AS t, count(*) AS n FROM {t}" for t in table_names())
+    return {r["t"]: r["n"] for r in opened.sql(query).to_pylist()}
+
+
+def interrupt(args: list[str], cwd: Path, ready: Callable[[Verb], bool]) -> Verb:
+    verb = Verb(args, cwd)
+    verb.wait_until(ready)
+    took = verb.ctrl_c()
+    lines = [line.strip() for line in verb.stderr.splitlines() if line.strip()]
+    assert verb.proc.returncode == EXIT_CODE, verb.stderr[-2000:]
+    assert lines[-1] == MESSAGE and lines.count(MESSAGE) == 1, verb.stderr[-2000:]
+    assert took < EXIT_WITHIN_S, f"{args[2]} took {took:.1f} s to stop"
+    return verb
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory, tiny_model_dir) -> Path:
+    """A lake with countdown prompts, reference samples and q0 values of the tiny model, the model itself as
+    models/pi0, a big trajectory file, a recipe and a training config."""
+    from spo_lake.cli.ingest_cmds import ingest_dataset
+    from spo_lake.models.backend import TransformersPolicy
+    from spo_lake.pipelines.q0 import q0
+    from spo_lake.pipelines.sample import sample
+    from spo_lake.tasks import SandboxOptions
+
+    root = tmp_path_factory.mktemp("interrupt")
+    shutil.copytree(tiny_model_dir, root / "models" / "pi0")
+    lake = Lake.open(root / "lake", create=True)
+    ingest_dataset(lake, "countdown", None, n=8, seed=0)
+    ingest_dataset(lake, "countdown", None, n=8, seed=1)
+    policy = TransformersPolicy.from_pretrained(str(root / "models" / "pi0"))
+    train = "p.prompt_id LIKE 'countdown/0/%'"
+    sample(lake, policy, where=train, n=4, temperature=0.7, max_new_tokens=24, evaluate=True,
+           options=SandboxOptions(), show_progress=False)
+    q0(lake, policy, k=16, where=train, max_new_tokens=24, show_progress=False)
+    with (root / "big.jsonl").open("w") as fh:
+        for i in range(BIG):
+            fh.write(json.dumps({"prompt_id": f"countdown/0/{i % 8}", "response_text": f"{i % 97}+{i}"}) + "\n")
+    (root / "recipe.toml").write_text(
+        '[vars]\nk = 100000\n[[steps]]\nrun = "q0"\nmodel = "models/pi0"\nk = "{k}"\nmax_new_tokens = 24\n'
+        f'where = "{train}"\n')
+    config = Path(__file__).parents[2] / "configs" / "spo_countdown.toml"
+    shutil.copy(config, root / "train.toml")
+    return root
+
+
+def test_ingest_stops_all_or_nothing_and_a_rerun_lands_everything(work):
+    before = readable(work / "lake")
+    args = ["--lake", "lake", "ingest", "big.jsonl", "--source", "policy", "--model", "m"]
+    interrupt(args, work, shows("checking and writing"))
+    assert readable(work / "lake")["trajectories"] in (before["trajectories"], before["trajectories"] + BIG)
+    done = subprocess.run([SPOLAKE, *args], cwd=work, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert readable(work / "lake")["trajectories"] == before["trajectories"] + BIG
+
+
+@pytest.mark.parametrize("verb, args, label", [
+    ("dedup", [], "dedup ━"),
+    ("evaluate", ["--workers", "2"], "evaluate ━"),
+    ("refprobs", ["--model", "models/pi0"], "refprobs ━"),
+    ("sample", ["--model", "models/pi0", "--n", "5000", "--max-new-tokens", "24"], "sample ━"),
+    ("q0", ["--model", "models/pi0", "--k", "100000", "--max-new-tokens", "24"], "q0 ━"),
+    ("pts", ["--model", "models/pi0", "--k", "2000", "--s0-range", "0", "1", "--max-new-tokens", "24",
+             "--where", "t.source = 'reference'"], "pts ━"),
+    ("pipeline", ["run", "recipe.toml"], "q0 ━"),
+    ("train", ["--config", "train.toml", "--set", "model='models/pi0'", "--set", "steps=100000",
+               "--set", "eval_every=0", "--set", "device='cpu'"], r"spo \S+ +━"),
+])
+def test_a_long_verb_stops_on_ctrl_c(work, verb, args, label):
+    if verb == "evaluate":
+        assert readable(work / "lake")["trajectories"] > BIG, "needs the unjudged rows the ingest test lands first"
+    interrupt(["--lake", "lake", verb, *args], work, shows(label))
+    readable(work / "lake")
+
+
+def test_eval_stops_on_ctrl_c(work):
+    args = ["--lake", "lake", "eval", "--model", "models/pi0", "--n", "100000", "--max-new-tokens", "24",
+            "--where", "p.prompt_id LIKE 'countdown/1/%'"]
+    interrupt(args, work, commits_to_runs(work / "lake"))
+    readable(work / "lake")
+
+
+def test_demo_stops_on_ctrl_c(work):
+    interrupt(["demo", "--quick", "--out", "demo-out"], work, shows(r"\[1/"))
+    readable(work / "demo-out" / "lake")

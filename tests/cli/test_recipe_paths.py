@@ -1,0 +1,42 @@
+"""`pipeline run FILE --set out=DIR`: relative paths in a recipe resolve against the working directory."""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from spo_lake.cli.app import app
+
+RECIPE = """
+[vars]
+out = "recipe-out"
+
+[[steps]]
+run = "prompts_add"
+path = "data/prompts.jsonl"
+
+[[steps]]
+run = "model_tiny"
+out = "{out}/models/pi0"
+steps = 2
+
+[[steps]]
+run = "sample"
+model = "{out}/models/pi0"
+n = 1
+max_new_tokens = 4
+"""
+
+
+def test_recipe_paths_resolve_against_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "r.toml").write_text(RECIPE)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "prompts.jsonl").write_text(json.dumps(
+        {"prompt_id": "p1", "task": "countdown", "prompt": "reach 3 with [1, 2]",
+         "tests": {"target": 3, "numbers": [1, 2]}}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["--lake", "lake", "pipeline", "run", "recipes/r.toml", "--set", "out=mine"])
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "mine" / "models" / "pi0" / "config.json").is_file()
+    assert not (tmp_path / "recipes" / "mine").exists() and not (tmp_path / "recipes" / "lake").exists()
