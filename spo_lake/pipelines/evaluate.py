@@ -6,7 +6,8 @@ trajectory gets a verdict, a failed judgment included (`sandbox_error`), so noth
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from spo_lake.lake import Lake
@@ -20,10 +21,12 @@ class EvaluateReport:
     evaluated: int
     passed: int
     already_done: int
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> trajectories that cannot be judged
 
     def summary(self) -> str:
         rate = f" ({self.passed / self.evaluated:.1%})" if self.evaluated else ""
-        return f"evaluated {self.evaluated}, passed {self.passed}{rate}; {self.already_done} already evaluated"
+        skipped = "".join(f"; skipped {n} ({reason})" for reason, n in sorted(self.skipped.items()))
+        return f"evaluated {self.evaluated}, passed {self.passed}{rate}; {self.already_done} already evaluated{skipped}"
 
 
 def evaluation_row(trajectory_id: str, verifier: str, v: Verdict) -> dict[str, Any]:
@@ -39,26 +42,45 @@ def _text(value: str) -> str:
     return value.encode("utf-8", "replace").decode("utf-8")
 
 
-def pending(lake: Lake, where: str | None = None) -> tuple[list[tuple[str, str, Problem, str]], int]:
+def unjudgeable(problem: Problem) -> str | None:
+    """Why a problem's trajectories cannot be judged (an unknown task, no tests), or None."""
+    try:
+        task = get_task(problem.task)
+    except KeyError:
+        return f"unknown task {problem.task!r}"
+    if not problem.tests:
+        return "prompt has no tests"
+    try:
+        task.verifier_name(problem)
+    except (KeyError, TypeError, ValueError):
+        return f"tests lack what task {problem.task!r} needs"
+    return None
+
+
+def pending(lake: Lake, where: str | None = None) -> tuple[list[tuple[str, str, Problem, str]], int, Counter]:
     """(trajectory_id, verifier, problem, response) for every selected trajectory its verifier has not judged,
-    and how many selected ones were already judged."""
+    how many selected ones were already judged, and how many cannot be judged, by reason."""
     rows = lake.sql(f"""
         SELECT s.*, (SELECT list(e.verifier) FROM evaluations e WHERE e.trajectory_id = s.trajectory_id) AS done
         FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s ORDER BY s.trajectory_id""").to_pylist()
-    todo, done = [], 0
+    todo, done, skipped = [], 0, Counter()
     for r in rows:
         problem = Problem.from_row(r)
+        reason = unjudgeable(problem)
+        if reason is not None:
+            skipped[reason] += 1
+            continue
         verifier = get_task(problem.task).verifier_name(problem)
         if verifier in (r["done"] or []):
             done += 1
         else:
             todo.append((r["trajectory_id"], verifier, problem, r["response_text"]))
-    return todo, done
+    return todo, done, skipped
 
 
 def evaluate(lake: Lake, *, where: str | None = None, options: SandboxOptions = SandboxOptions(),
              workers: int | None = None, flush_rows: int = 500, show_progress: bool = True) -> EvaluateReport:
-    todo, already = pending(lake, where)
+    todo, already, skipped = pending(lake, where)
     passed = 0
     with BufferedAppender(lake, flush_rows=flush_rows) as out, progress_bar("pass_rate", disable=not show_progress) as bar:
         task_id = bar.add_task("evaluate", total=len(todo), pass_rate="-")
@@ -72,4 +94,4 @@ def evaluate(lake: Lake, *, where: str | None = None, options: SandboxOptions = 
             bar.update(task_id, advance=len(verdicts), pass_rate=f"{passed / finished:.1%}")
 
         judge_many([(p, resp) for _, _, p, resp in todo], options, workers, on_done)
-    return EvaluateReport(evaluated=len(todo), passed=passed, already_done=already)
+    return EvaluateReport(evaluated=len(todo), passed=passed, already_done=already, skipped=dict(skipped))

@@ -43,7 +43,7 @@ def test_evaluate_judges_every_trajectory_once(countdown_lake):
 def test_evaluate_where_selects_and_resumes(countdown_lake):
     lake = countdown_lake
     first = evaluate(lake, where="t.prompt_id = 'countdown/0/0'", show_progress=False)
-    todo, done = pending(lake)
+    todo, done, _ = pending(lake)
     assert done == first.evaluated and len(todo) > 0
     rest = evaluate(lake, show_progress=False)
     assert rest.evaluated == len(todo)
@@ -80,3 +80,17 @@ def test_poison_and_failed_judgments_are_recorded_and_a_rerun_has_nothing_pendin
     assert all(r["verdict"] in ("ok", "wrong_answer", "runtime_error") for r in rows)
     again = evaluate(lake, show_progress=False)
     assert again.evaluated == 0 and again.already_done == first.evaluated + first.already_done
+
+
+def test_evaluate_skips_what_it_cannot_judge_with_a_count_and_reason_and_judges_the_rest(countdown_lake):
+    lake = countdown_lake
+    lake.append("prompts", [{"prompt_id": "imported/0", "task": "countdown", "prompt": "a prompt without tests"},
+                            {"prompt_id": "imported/1", "task": "mystery", "prompt": "a task nobody knows",
+                             "tests": '{"x": 1}'}])
+    add_responses(lake, [{"prompt_id": "imported/0", "response": "1+2"}, {"prompt_id": "imported/0", "response": "3"},
+                         {"prompt_id": "imported/1", "response": "x"}])
+    report = evaluate(lake, show_progress=False)
+    assert report.skipped == {"prompt has no tests": 2, "unknown task 'mystery'": 1}
+    assert report.evaluated > 0 and "skipped 2 (prompt has no tests)" in report.summary()
+    assert lake.sql("SELECT count(*) AS n FROM evaluations WHERE trajectory_id IN (SELECT trajectory_id FROM "
+                    "trajectories WHERE prompt_id LIKE 'imported/%')").to_pylist()[0]["n"] == 0
