@@ -11,6 +11,7 @@ after temperature and top-p) and scores given responses by teacher forcing. Conv
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -19,6 +20,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
 from spo_lake.models.identity import model_identity, resolve_model
 from spo_lake.models.sampling import gather_token_log_probs, positions_from_mask, sampling_log_probs
+
+# transformers >= 5.x renames forward's `past_key_values` to `cache` and warns on every call; the old name is what
+# every supported version (>= 4.45) accepts, so it stays, without a warning per sampled token batch.
+warnings.filterwarnings("ignore", message=r"`past_key_values` is deprecated", category=FutureWarning)
 
 
 @dataclass(frozen=True)
