@@ -53,7 +53,7 @@ QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=300, reference_
                   eval_every=12, eval_max_prompts=30)
 FULL = DemoScale(train_prompts=1000, eval_prompts=100, tiny_steps=500, reference_samples=2, cot_samples=1,
                  q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=90, online_per_step=16, lr=1e-4,
-                 eval_every=30, eval_max_prompts=100)
+                 eval_every=45, eval_max_prompts=60)
 FULL_SEEDS = (0, 1, 2)
 
 # Lake streams select from the snapshot: correct, one row per distinct program (dedup), any source but the runs'.
