@@ -10,7 +10,7 @@ import json
 import os
 import random
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -23,7 +23,11 @@ from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction
 
+from spo_lake.lake import doctor, inflight
 from spo_lake.lake.contracts import Contract, contract, table_names
+from spo_lake.lake.errors import LakeError, delta_message
+from spo_lake.lake.inflight import Lease
+from spo_lake.lake.store import Store
 from spo_lake.lake.writer import lake_lock, write_files
 
 # Time travel must outlive any snapshot: never expire log entries, and let only our keep_versions-aware vacuum
@@ -34,11 +38,8 @@ TABLE_CONFIGURATION = {
     "delta.enableExpiredLogCleanup": "false",
 }
 SNAPSHOTS = "snapshots"
+DEFAULT_RETENTION_HOURS = 168  # Delta's default: a reader of a version up to a week old keeps its files
 Rows = pa.Table | pl.DataFrame | list[dict[str, Any]]
-
-
-class LakeError(RuntimeError):
-    """A lake-level problem the user must fix (no lake, unknown snapshot, name taken, ...)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class Staged:
     num_rows: int
     actions: list[AddAction] | None = None  # local lakes: the data files already written
     data: pa.Table | None = None  # object stores: written by delta-rs at commit
+    lease: Lease | None = None  # keeps vacuum off the staged files (see `Lake.writing`)
+    owns_lease: bool = False  # `commit` releases it
 
 
 @dataclass(frozen=True)
@@ -80,15 +83,20 @@ class Lake:
 
     # ---- opening -------------------------------------------------------------------------------------------
     @classmethod
-    def init(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> "Lake":
-        """Create the lake (idempotent): every table of `schemas/` plus the snapshot registry."""
+    def locate(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> "Lake":
+        """The lake at `path`, checking and creating nothing (what `spolake doctor` examines)."""
         root = str(path)
-        if not _is_uri(root):
-            root = _local_root(root)
-            Path(root).mkdir(parents=True, exist_ok=True)
-        lake = cls(root, storage_options)
-        for name in [*table_names(), SNAPSHOTS]:
-            lake._ensure_table(contract(name))
+        return cls(root if _is_uri(root) else _local_root(root), storage_options)
+
+    @classmethod
+    def init(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> "Lake":
+        """Create the lake (idempotent): every table of `schemas/` plus the snapshot registry. Never over existing
+        data: a table whose log is lost, or a registry missing next to other tables, is a LakeError."""
+        lake = cls.locate(path, storage_options)
+        if not _is_uri(lake.root):
+            Path(lake.root).mkdir(parents=True, exist_ok=True)
+        lake._require_registry()
+        lake._create_missing([*table_names(), SNAPSHOTS])
         return lake
 
     @classmethod
@@ -96,18 +104,35 @@ class Lake:
              create: bool = False) -> "Lake":
         """Open the lake at `path` (a directory or object-store URI); `create` makes it if missing, else a missing
         lake is a LakeError. `storage_options` go to deltalake (credentials, endpoint, ...)."""
-        root = str(path)
-        if not _is_uri(root):
-            root = _local_root(root)
-        lake = cls(root, storage_options)
-        if not DeltaTable.is_deltatable(lake.uri(SNAPSHOTS), storage_options):
+        lake = cls.locate(path, storage_options)
+        if not lake._is_table(SNAPSHOTS):
             if create:
-                return cls.init(root, storage_options)
-            raise LakeError(f"{root}: not a lake (run `spolake init` or pass --lake)")
-        for name in table_names():  # tables added by a newer contract set appear on open
-            if not DeltaTable.is_deltatable(lake.uri(name), storage_options):
-                lake._ensure_table(contract(name))
+                return cls.init(path, storage_options)
+            lake._require_registry()
+            lost = doctor.lost_log(lake, SNAPSHOTS)
+            raise LakeError(lost or f"{lake.root}: not a lake (run `spolake init` or pass --lake)")
+        lake._create_missing(table_names())  # tables added by a newer contract set appear on open
         return lake
+
+    def _is_table(self, table: str) -> bool:
+        return DeltaTable.is_deltatable(self.uri(table), self.storage_options)
+
+    def _require_registry(self) -> None:
+        """No registry while other tables exist means the registry was lost: creating one would drop every snapshot."""
+        if not self._is_table(SNAPSHOTS):
+            present = [t for t in table_names() if self._is_table(t)]
+            if present:
+                raise LakeError(doctor.missing_registry(self, present))
+
+    def _create_missing(self, tables: list[str]) -> None:
+        """Create the tables that do not exist yet; a table directory holding data files but no log is a LakeError."""
+        for t in tables:
+            if self._is_table(t):
+                continue
+            lost = doctor.lost_log(self, t)
+            if lost:
+                raise LakeError(lost)
+            self._ensure_table(contract(t))
 
     def uri(self, table: str) -> str:
         """Where `table`'s Delta table lives (a path or URI any Delta reader opens)."""
@@ -143,21 +168,46 @@ class Lake:
         except TableNotFoundError:
             raise LakeError(f"{self.uri(table)}: no such table") from None
         except DeltaError as exc:
-            raise LakeError(f"{table}: cannot load version {version}: {exc}") from None
+            at = "latest version" if version is None else f"version {version}"
+            raise LakeError(f"{self.uri(table)}: cannot load the {at}: {delta_message(exc)} "
+                            "(run `spolake doctor`)") from None
 
     # ---- writing -------------------------------------------------------------------------------------------
-    def stage(self, table: str, chunks: Iterable[Rows]) -> Staged:
+    def store(self) -> Store:
+        """The lake's files below the Delta level (listing, leases, damage checks)."""
+        return Store(self.root, self.storage_options)
+
+    @contextmanager
+    def writing(self) -> Iterator[Lease]:
+        """A write lease for staging rows (of one or several tables) and committing them: vacuum deletes none of its
+        files meanwhile. Files staged but not committed when the block fails are deleted."""
+        with self.lock():  # serialised with vacuum, which must see the lease before the first staged file
+            lease = Lease(self.store(), None if _is_uri(self.root) else self.root).take()
+        try:
+            yield lease
+        except BaseException:
+            lease.discard()
+            raise
+        finally:
+            lease.release()
+
+    def stage(self, table: str, chunks: Iterable[Rows], lease: Lease | None = None) -> Staged:
         """Conform and write rows, chunk by chunk, without committing: nothing is visible until `commit`.
 
         `chunks` may be a generator: on a local lake each chunk's files are written on a thread pool while the
         next chunk is produced. Object-store lakes keep the rows in memory and let delta-rs write them at commit.
+        Without a `lease` (from `writing`) the Staged takes its own, released by `commit`.
         """
+        owns = lease is None
+        if lease is None:
+            with self.lock():
+                lease = Lease(self.store(), None if _is_uri(self.root) else self.root).take()
         c = contract(table)
         conformed = (data for data in (c.conform(_to_arrow(rows)) for rows in chunks) if data.num_rows)
         if _is_uri(self.root):
             parts = list(conformed)
             data = pa.concat_tables(parts) if parts else c.arrow_schema.empty_table()
-            return Staged(table, data.num_rows, data=data)
+            return Staged(table, data.num_rows, data=data, lease=lease, owns_lease=owns)
         written = 0
 
         def counted() -> Iterator[pa.Table]:
@@ -166,8 +216,9 @@ class Lake:
                 written += data.num_rows
                 yield data
 
-        actions = write_files(self.uri(table), counted())
-        return Staged(table, written, actions=actions)
+        actions = write_files(self.uri(table), counted(), prefix=lease.prefix)
+        lease.staged(table, [a.path for a in actions])
+        return Staged(table, written, actions=actions, lease=lease, owns_lease=owns)
 
     def commit(self, staged: Staged, *, max_attempts: int = 30) -> int:
         """Commit staged rows as one Delta append; returns the table version after it.
@@ -175,7 +226,15 @@ class Lake:
         Commit conflicts with concurrent writers are retried with jittered exponential back-off.
         """
         if staged.num_rows == 0:
+            self._done(staged)
             return self.version(staged.table)
+        paths = [a.path for a in staged.actions or []]
+        if staged.lease is not None:
+            staged.lease.committing()
+        try:  # a file deleted since staging (a vacuum that ignored the lease) must not be referenced
+            inflight.check_staged(self.store(), staged.table, paths)
+        except FileNotFoundError as exc:
+            raise LakeError(str(exc)) from None
         for attempt in range(max_attempts):
             try:
                 if staged.actions is None:
@@ -184,6 +243,7 @@ class Lake:
                 else:
                     dt = self._evolve(self.delta(staged.table), contract(staged.table))
                     dt.create_write_transaction(staged.actions, mode="append", schema=dt.schema())
+                self._done(staged)
                 return self.version(staged.table)
             except CommitFailedError:
                 if attempt == max_attempts - 1:
@@ -191,9 +251,16 @@ class Lake:
                 time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
+    def _done(self, staged: Staged) -> None:
+        if staged.lease is not None:
+            staged.lease.committed(staged.table)
+            if staged.owns_lease:
+                staged.lease.release()
+
     def append(self, table: str, rows: Rows) -> int:
         """Append rows (conformed to the table's contract) in one commit; returns the table version after it."""
-        return self.commit(self.stage(table, [rows]))
+        with self.writing() as lease:
+            return self.commit(self.stage(table, [rows], lease))
 
     def append_many(self, batches: Mapping[str, Rows]) -> dict[str, int]:
         """Append to several tables, conforming and writing ALL of them before the first commit.
@@ -202,9 +269,10 @@ class Lake:
         table that makes the batch visible (e.g. trajectories) last, so a crash in between leaves only unreferenced
         facts that a retry re-uses.
         """
-        staged = [self.stage(t, [rows]) for t, rows in batches.items()]
-        with self.lock():
-            return {s.table: self.commit(s) for s in staged if s.num_rows}
+        with self.writing() as lease:
+            staged = [self.stage(t, [rows], lease) for t, rows in batches.items()]
+            with self.lock():
+                return {s.table: self.commit(s) for s in staged if s.num_rows}
 
     # ---- versions and snapshots ----------------------------------------------------------------------------
     def version(self, table: str) -> int:
@@ -225,6 +293,7 @@ class Lake:
                 why = "was deleted; names are never reused" if old["deleted"] else "already exists"
                 raise LakeError(f"snapshot {name!r} {why} (snapshots are immutable)")
             versions = self.versions()
+            doctor.require_intact(self, versions)  # a pin must read back: refuse one over missing or broken files
             self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(versions), "note": note, "deleted": False}])
         return self.get_snapshot(name)
 
@@ -317,29 +386,35 @@ class Lake:
         """Bin-pack small files into large ones. Old versions stay readable (their files are kept)."""
         out = {}
         for t in tables or [*table_names(), SNAPSHOTS]:
-            out[t] = self.delta(t).optimize.compact()
+            with self.writing():  # its new files are uncommitted until optimize commits: keep vacuum off them
+                out[t] = self.delta(t).optimize.compact()
         return out
 
-    def vacuum(self, retention_hours: int = 0, dry_run: bool = False,
+    def vacuum(self, retention_hours: int = DEFAULT_RETENTION_HOURS, dry_run: bool = False,
                orphan_age_hours: int | None = 24) -> dict[str, list[str]]:
-        """Delete data files that neither the latest version nor any snapshot's pinned version references.
+        """Delete data files that neither a version newer than `retention_hours` nor any snapshot references.
 
-        Files removed (by compaction) longer than `retention_hours` ago go. Orphans — files of writers killed
-        before their commit — go once older than `orphan_age_hours` (None keeps them); an orphan younger than that
-        may belong to a commit still in flight, so do not set it near 0 while other processes write.
+        Files removed (by compaction) longer than `retention_hours` ago go, so a reader of any version younger than
+        that (a long query, an export, a pipeline) keeps its files; the default is Delta's 7 days. Orphans — files
+        of writers killed before their commit — go once older than `orphan_age_hours` (None keeps them). Files of
+        writes in flight are never deleted (see `inflight.py`), nor anything while a table's log cannot be read.
         """
         out = {}
-        with self.lock():  # no snapshot can be created between reading the pins and deleting
+        tables = [*table_names(), SNAPSHOTS]
+        with self.lock():  # no snapshot and no write lease can start between reading them and deleting
+            loaded = {t: self.delta(t) for t in tables}  # every log must load before a file is deleted
+            since, killed = inflight.live_since(self.store(), None if _is_uri(self.root) else self.root, tables,
+                                                clean=not dry_run)
             pinned = self.pinned_versions()
-            for t in [*table_names(), SNAPSHOTS]:
-                dt = self.delta(t)
+            for t, dt in loaded.items():
                 keep = sorted(pinned.get(t, set()) | {dt.version()})
                 common = dict(dry_run=dry_run, enforce_retention_duration=False, keep_versions=keep)
                 gone = set(dt.vacuum(retention_hours=int(retention_hours), full=False, **common))
                 if orphan_age_hours is not None:
-                    age = int(max(retention_hours, orphan_age_hours))
+                    age = max(int(retention_hours), int(orphan_age_hours),
+                              inflight.protected_hours(since, _is_uri(self.root)))
                     gone |= set(dt.vacuum(retention_hours=age, full=True, **common))
-                out[t] = sorted(gone)
+                out[t] = sorted(gone | {p.split("/", 1)[1] for p in killed if p.startswith(f"{t}/")})
         return out
 
 

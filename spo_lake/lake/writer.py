@@ -28,9 +28,10 @@ COMPRESSION = "snappy"  # delta-rs's default for appends too
 PARQUET_OPTIONS = {"compression": COMPRESSION, "row_group_size": ROW_GROUP_ROWS, "use_compliant_nested_type": False}
 
 
-def write_files(table_dir: str, chunks: Iterable[pa.Table], threads: int | None = None) -> list[AddAction]:
-    """Write each chunk as Parquet file(s) of about TARGET_FILE_BYTES under `table_dir`; returns their Delta `add`
-    actions (nothing is committed).
+def write_files(table_dir: str, chunks: Iterable[pa.Table], threads: int | None = None,
+                prefix: str = "part") -> list[AddAction]:
+    """Write each chunk as Parquet file(s) of about TARGET_FILE_BYTES under `table_dir`, named `prefix`-<uuid>; returns
+    their Delta `add` actions (nothing is committed).
 
     Files are written on a thread pool (pyarrow releases the GIL) while the caller's generator produces the next
     chunk, so per-row Python work upstream overlaps with encoding. At most 2 x threads files wait in memory.
@@ -40,7 +41,7 @@ def write_files(table_dir: str, chunks: Iterable[pa.Table], threads: int | None 
         pending: list[Future[AddAction]] = []
         for chunk in chunks:
             for part in _split(chunk):
-                pending.append(pool.submit(_write_file, table_dir, part))
+                pending.append(pool.submit(_write_file, table_dir, part, prefix))
             while len(running := [f for f in pending if not f.done()]) > 2 * threads:
                 wait(running, return_when=FIRST_COMPLETED)
         return [f.result() for f in pending]
@@ -52,8 +53,8 @@ def _split(chunk: pa.Table) -> list[pa.Table]:
     return [chunk.slice(start, step) for start in range(0, chunk.num_rows, step)]
 
 
-def _write_file(table_dir: str, chunk: pa.Table) -> AddAction:
-    name = f"part-{uuid.uuid4()}-c000.{COMPRESSION}.parquet"
+def _write_file(table_dir: str, chunk: pa.Table, prefix: str) -> AddAction:
+    name = f"{prefix}-{uuid.uuid4()}-c000.{COMPRESSION}.parquet"
     path = os.path.join(table_dir, name)
     scalars = [f.name for f in chunk.schema if not pa.types.is_list(f.type)]
     # Lists: no dictionary (log-probs are nearly all distinct; token ids are delta-encoded instead) and no min/max
