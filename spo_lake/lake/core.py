@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 from urllib.parse import unquote
 
+import duckdb
 import polars as pl
 import pyarrow as pa
 from deltalake import DeltaTable, Field, write_deltalake
@@ -320,10 +321,17 @@ class Lake:
                 return s
         raise LakeError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
 
-    def delete_snapshot(self, name: str) -> None:
-        """Tombstone a snapshot; its files are released to the next vacuum."""
+    def delete_snapshot(self, name: str, force: bool = False) -> None:
+        """Tombstone a snapshot; its files are released to the next vacuum. A snapshot some run records (it trained
+        or evaluated on it) is only deleted with `force`: the run could no longer be reproduced."""
         with self.lock():
             snap = self.get_snapshot(name)
+            runs = (self.read("runs").filter(pl.col("snapshot") == name).select("run_id").unique()
+                    .collect().get_column("run_id").sort().to_list())
+            if runs and not force:
+                raise LakeError(f"snapshot {name!r} is pinned by run {', '.join(runs[:3])}"
+                                f"{f' and {len(runs) - 3} more' if len(runs) > 3 else ''}: deleting it releases "
+                                "the data those runs read (pass --force to delete it anyway)")
             self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(snap.versions), "note": snap.note,
                                      "deleted": True}])
 
@@ -354,16 +362,25 @@ class Lake:
             return pl.scan_delta(self.uri(table), version=version, storage_options=self.storage_options)
         return pl.scan_parquet(files, missing_columns="insert", extra_columns="ignore")
 
-    def sql(self, query: str, snapshot: str | Snapshot | None = None) -> pa.Table:
-        """Run DuckDB SQL with every table visible as a view at the snapshot's versions."""
-        from spo_lake.lake.sql import connect, referenced_tables
+    def sql(self, query: str, snapshot: str | Snapshot | None = None, writes: bool = False) -> pa.Table:
+        """Run DuckDB SQL with every table visible as a view at the snapshot's versions. Only SELECT statements
+        run unless `writes` (COPY ... TO, CREATE, ATTACH, INSTALL/LOAD, SET write files or change the session)."""
+        from spo_lake.lake.sql import connect, referenced_tables, require_read_only
 
-        con = connect(self, snapshot, tables=referenced_tables(query))
+        if not writes:
+            require_read_only(query)
         try:
-            rel = con.sql(query)
-            return rel.to_arrow_table() if rel is not None else pa.table({})
-        finally:
-            con.close()
+            con = connect(self, snapshot, tables=referenced_tables(query))
+            try:
+                rel = con.sql(query)
+                return rel.to_arrow_table() if rel is not None else pa.table({})
+            finally:
+                con.close()
+        except (duckdb.IOException, duckdb.InvalidInputException) as exc:
+            if self.root not in str(exc):
+                raise
+            first = str(exc).splitlines()[0]  # not the view definition listing every file
+            raise LakeError(f"{first} (a damaged lake file: run `spolake doctor`)") from None
 
     def history(self, table: str) -> list[dict[str, Any]]:
         """`table`'s Delta commit history, newest first (version, timestamp, operation, metrics)."""
