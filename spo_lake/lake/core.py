@@ -217,8 +217,8 @@ class Lake:
                 written += data.num_rows
                 yield data
 
+        lease.staging(table)
         actions = write_files(self.uri(table), counted(), prefix=lease.prefix)
-        lease.staged(table, [a.path for a in actions])
         return Staged(table, written, actions=actions, lease=lease, owns_lease=owns)
 
     def commit(self, staged: Staged, *, max_attempts: int = 30) -> int:
@@ -254,7 +254,7 @@ class Lake:
 
     def _done(self, staged: Staged) -> None:
         if staged.lease is not None:
-            staged.lease.committed(staged.table)
+            staged.lease.committed(staged.table, [a.path for a in staged.actions or []])
             if staged.owns_lease:
                 staged.lease.release()
 

@@ -41,7 +41,8 @@ class Lease:
     store: Store
     local_root: str | None  # the lake directory of a local lake; None on an object store
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    pending: dict[str, list[str]] = field(default_factory=dict)  # table -> staged files not committed yet
+    tables: set[str] = field(default_factory=set)  # where it stages files
+    done: set[str] = field(default_factory=set)  # files it committed ("table/file")
     _fh: IO[bytes] | None = None
 
     @property
@@ -63,21 +64,18 @@ class Lease:
         self._fh.flush()
         return self
 
-    def staged(self, table: str, paths: list[str]) -> None:
-        self.pending.setdefault(table, []).extend(paths)
+    def staging(self, table: str) -> None:
+        self.tables.add(table)
 
-    def committed(self, table: str) -> None:
-        self.pending.pop(table, None)
+    def committed(self, table: str, paths: list[str]) -> None:
+        self.done.update(f"{table}/{p}" for p in paths)
 
     def discard(self) -> None:
-        """Delete the files staged and not committed (the write failed)."""
-        for table, paths in self.pending.items():
-            for p in paths:
-                try:
-                    self.store.delete(f"{table}/{p}")
-                except (FileNotFoundError, OSError):
-                    pass
-        self.pending.clear()
+        """Delete every file it staged and did not commit (the write failed, maybe half way through a staging)."""
+        for table in self.tables:
+            for f in data_files(self.store.list(table)):
+                if os.path.basename(f.path).startswith(self.prefix) and f.path not in self.done:
+                    self.store.delete(f.path)
 
     def committing(self) -> None:
         """From here on the files may be committed: a dead lease in this state must not have its files deleted."""
