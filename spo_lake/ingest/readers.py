@@ -131,7 +131,7 @@ def read_parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.Table]:
     if path.stat().st_size == 0:
         raise IngestError(f"{path}: empty file, no records")
     try:
-        reader = pq.ParquetFile(path)
+        reader = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every row group read in memory
         if reader.metadata.num_rows == 0:
             raise IngestError(f"{path}: no records")
         for batch in reader.iter_batches(batch_size=batch_rows):
