@@ -97,7 +97,7 @@ class Lake:
         if not _is_uri(lake.root):
             Path(lake.root).mkdir(parents=True, exist_ok=True)
         lake._require_registry()
-        lake._create_missing([*table_names(), SNAPSHOTS])
+        lake._create_missing([SNAPSHOTS, *table_names()])  # the registry first: tables without one mean it was lost
         return lake
 
     @classmethod
