@@ -150,6 +150,17 @@ def test_a_failed_write_leaves_no_staged_files(filled):
     assert parquet_files(filled, "trajectories") == before
 
 
+def test_a_write_of_rows_already_committed_keeps_only_its_rewrite_of_the_new_ones(filled):
+    before = parquet_files(filled, "trajectories")
+    with pytest.raises(RuntimeError, match="boom"):
+        with filled.writing() as lease:  # t00010..t00013, of which t00010 and t00011 are in the lake already
+            assert filled.commit_rows(filled.stage("trajectories", [trajectory_rows(4, start=10)], lease)) == 2
+            raise RuntimeError("boom")  # a later table's commit fails: the lease discards what it did not commit
+    got = filled.sql("SELECT count(*) AS n, count(DISTINCT trajectory_id) AS d FROM trajectories").to_pylist()
+    assert got == [{"n": 14, "d": 14}]  # the rewrite the commit referenced survived the discard
+    assert len(parquet_files(filled, "trajectories") - before) == 1  # the first staging was deleted
+
+
 def test_vacuum_by_default_keeps_files_a_reader_of_a_recent_version_uses(filled):
     reader_files = filled.files("trajectories")  # a long reader resolved latest before the compaction
     filled.compact(["trajectories"])
