@@ -555,22 +555,21 @@ class Lake:
         c, fs = contract(table), self._filesystem(table)
         done = {"numFilesRemoved": 0, "numFilesAdded": 0}
         written: set[str] = set()
-        with self.writing() as lease:
-            lease.staging(table)
-            for attempt in range(max_attempts):
-                dt = self._evolve(self.delta(table), c)
-                files = pa.table(dt.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
-                small = [f for f in files if f["size_bytes"] < COMPACT_BELOW_BYTES and f["path"] not in written]
-                if len(small) < 2:
-                    return done
-                rewrite, total = [], 0
-                for f in small:  # one bin per commit bounds memory; the loop takes the next bin
-                    if rewrite and total + f["size_bytes"] > COMPACT_BIN_BYTES:
-                        break
-                    rewrite.append(f)
-                    total += f["size_bytes"]
-                data = pa.concat_tables([c.conform(pq.read_table(unquote(f["path"]), filesystem=fs))
-                                         for f in rewrite])
+        for attempt in range(max_attempts):
+            dt = self._evolve(self.delta(table), c)
+            files = pa.table(dt.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
+            small = [f for f in files if f["size_bytes"] < COMPACT_BELOW_BYTES and f["path"] not in written]
+            if len(small) < 2:
+                return done
+            rewrite, total = [], 0
+            for f in small:  # one bin per commit bounds memory; the loop takes the next bin
+                if rewrite and total + f["size_bytes"] > COMPACT_BIN_BYTES:
+                    break
+                rewrite.append(f)
+                total += f["size_bytes"]
+            data = pa.concat_tables([c.conform(pq.read_table(unquote(f["path"]), filesystem=fs)) for f in rewrite])
+            with self.writing() as lease:  # one bin's write and commit (an object-store lease lasts an hour)
+                lease.staging(table)
                 adds = write_files(self.uri(table), [data], prefix=lease.prefix, filesystem=fs, data_change=False)
                 now = int(time.time() * 1000)
                 removes = [RemoveAction(f["path"], False, now, f["size_bytes"]) for f in rewrite]
@@ -588,9 +587,9 @@ class Lake:
                     time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
                     continue
                 lease.committed(table, [a.path for a in adds])
-                written |= {a.path for a in adds}
-                done["numFilesRemoved"] += len(removes)
-                done["numFilesAdded"] += len(adds)
+            written |= {a.path for a in adds}
+            done["numFilesRemoved"] += len(removes)
+            done["numFilesAdded"] += len(adds)
         return done
 
     def _filesystem(self, table: str) -> pafs.FileSystem:

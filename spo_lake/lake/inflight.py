@@ -9,8 +9,8 @@ keeps every file written since the oldest live lease began, and a commit checks 
   kernel drops it when the writer dies). Taking a lease and vacuuming both hold the lake lock, so a vacuum never
   falls between a lease's start and its first file.
 - Object stores (no lock): a lease is live for LEASE_TIMEOUT_S after it was taken (object-store writers hold their
-  rows in memory and write them at commit, so that is the whole write), and vacuum keeps one extra hour of files,
-  so a lease taken while a vacuum runs is covered too.
+  rows in memory and write them at commit, and compaction takes a lease per bin it rewrites, so that is the whole
+  write), and vacuum keeps one extra hour of files, so a lease taken while a vacuum runs is covered too.
 
 A dead lease that never reached `committing` belongs to a writer killed while staging: its files were never
 committed, so vacuum deletes them at once. One that reached `committing` may have committed: its files are left

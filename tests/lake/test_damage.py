@@ -133,6 +133,31 @@ def test_vacuum_racing_a_write_in_flight_deletes_none_of_its_files(filled):
     assert filled.sql("SELECT count(*) AS n FROM trajectories").to_pylist() == [{"n": 17}]  # every file is there
 
 
+COMPACTOR = """
+import sys
+from spo_lake.lake import Lake
+
+class Paused(Lake):  # stops a real compaction between writing its new file and committing it
+    def _committing(self, lease, table, paths):
+        print("written", flush=True)
+        sys.stdin.readline()  # the test vacuums here
+        super()._committing(lease, table, paths)
+
+print(Paused.open(sys.argv[1]).compact(["trajectories"])["trajectories"]["numFilesAdded"], flush=True)
+"""
+
+
+def test_vacuum_racing_a_compaction_in_flight_deletes_none_of_its_files(filled):
+    compactor = subprocess.Popen([sys.executable, "-c", COMPACTOR, filled.root], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert compactor.stdout.readline().strip() == "written"
+    filled.vacuum(retention_hours=0, orphan_age_hours=0)
+    out, _ = compactor.communicate("go\n", timeout=60)
+    assert compactor.returncode == 0 and out.strip() == "1"
+    assert len(filled.files("trajectories")) == 1
+    assert filled.sql("SELECT count(*) AS n FROM trajectories").to_pylist() == [{"n": 12}]
+
+
 def test_a_commit_whose_staged_files_are_gone_commits_nothing(filled):
     staged = filled.stage("trajectories", [trajectory_rows(2, start=50)])
     (Path(filled.uri("trajectories")) / staged.actions[0].path).unlink()  # as an old, lease-blind vacuum would
