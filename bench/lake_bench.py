@@ -9,11 +9,15 @@
    seconds printed beside each time show what a single core would see.
 2. Run a group-by aggregate at a snapshot through `lake.sql` (snapshot lookup and view set-up included) and with
    plain DuckDB over the plain Parquet file.
+3. `--rss-rows 125000,1000000,4000000`: peak RSS of one `spolake ingest` process (from wait4) of a Parquet file of
+   that many rows, next to its throughput. The file is written in chunks, so the bench itself stays small.
 
     .venv/bin/python bench/lake_bench.py               # 1,000,000 rows (needs ~10 GiB RAM, a few minutes)
     .venv/bin/python bench/lake_bench.py --rows 50000  # quick check
+    .venv/bin/python bench/lake_bench.py --rows 0 --rss-rows 125000,1000000,4000000  # memory ceiling (~10 min)
 
 Targets (issue 2): ingest >= 0.7x raw Parquet throughput; snapshot query <= 1.2x plain-Parquet time.
+Target (issue 18): ingest peak RSS <= 1 GiB whatever the input size (default --batch-rows).
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ import gc
 import os
 import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -105,17 +111,54 @@ def timed(fn, repeat: int = 1) -> tuple[float, float, object]:
     return best, cpu, out
 
 
+def write_input(path: Path, rows: int, chunk: int = 125_000) -> None:
+    """`rows` synthetic trajectories as one Parquet file, generated and written a chunk at a time."""
+    writer = None
+    for i, start in enumerate(range(0, rows, chunk)):
+        part = synthetic_trajectories(min(chunk, rows - start), seed=i)
+        writer = writer or pq.ParquetWriter(path, part.schema)
+        writer.write_table(part)
+    writer.close()
+
+
+def ingest_rss(work: Path, rows: int) -> tuple[float, float]:
+    """(seconds, peak RSS in GiB) of one `spolake ingest` of `rows` rows into a fresh lake."""
+    src, lake_dir = work / f"rss-{rows}.parquet", work / f"rss-lake-{rows}"
+    write_input(src, rows)
+    lake = Lake.init(lake_dir)
+    add_prompts(lake, from_arrow(prompts_table(), PROMPT_FIELDS, "bench-prompts", "prompts"))
+    spolake = str(Path(sys.executable).with_name("spolake"))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([spolake, "--lake", str(lake_dir), "ingest", str(src), "--source", "policy"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    assert os.waitstatus_to_exitcode(status) == 0, proc.stderr.read().decode()[-2000:]
+    assert Lake.open(lake_dir).count("trajectories") == rows
+    shutil.rmtree(lake_dir)
+    src.unlink()
+    return wall, usage.ru_maxrss / 2**20  # ru_maxrss is in KiB on Linux
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=2, help="alternating raw/lake write rounds; the best of each counts")
     ap.add_argument("--query-repeats", type=int, default=5)
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed afterwards)")
+    ap.add_argument("--rss-rows", default="", help="comma-separated input sizes for the peak-RSS run, e.g. "
+                                                  "125000,1000000,4000000")
     args = ap.parse_args()
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="lake_bench_"))
     work.mkdir(parents=True, exist_ok=True)
     try:
+        for rows in [int(r) for r in args.rss_rows.split(",") if r]:
+            wall, rss = ingest_rss(work, rows)
+            print(f"spolake ingest {rows:>10,} rows (Parquet): {wall:7.1f}s {rows / wall:9,.0f} rows/s  "
+                  f"peak RSS {rss:5.2f} GiB", flush=True)
+        if not args.rows:
+            return
         t0 = time.perf_counter()
         data = synthetic_trajectories(args.rows)
         print(f"generated {args.rows:,} trajectories ({data.nbytes / 2**30:.2f} GiB in Arrow) "

@@ -6,7 +6,6 @@ import functools
 import json
 import math
 import os
-import re
 import sys
 from enum import Enum
 from typing import Any, Callable
@@ -18,7 +17,6 @@ from spo_lake.lake import Lake
 
 console = Console(stderr=True, soft_wrap=True)  # one message, one line: scripts parse them
 DEFAULT_LAKE = "./lake"
-ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 class State:
@@ -36,23 +34,26 @@ def open_lake(create: bool = False) -> Lake:
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Report user mistakes (bad input, unknown snapshot, bad SQL) as one line on stderr and exit 1."""
     import duckdb
+    import polars as pl
     import pyarrow as pa
     from deltalake.exceptions import DeltaError
 
     from spo_lake.ingest import IngestError
     from spo_lake.lake import ContractError, LakeError
+    from spo_lake.lake.errors import delta_message
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except (IngestError, LakeError, ContractError, KeyError, ValueError, duckdb.Error, DeltaError, OSError,
-                pa.ArrowException) as exc:
+                pa.ArrowException, pl.exceptions.PolarsError) as exc:
             if os.environ.get("SPOLAKE_DEBUG"):
                 raise
             msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-            msg = ANSI_COLOUR.sub("", str(msg))  # deltalake colours its error chains
-            print(f"error: {' '.join(msg.split())}", file=sys.stderr)
+            if isinstance(exc, pl.exceptions.PolarsError):  # polars reads the lake's files and does not name them
+                msg = f"{msg} (reading the lake at {STATE.lake_path}: `spolake doctor` names damaged files)"
+            print(f"error: {delta_message(msg)}", file=sys.stderr)  # one line: no colours, no Rust backtrace
             raise typer.Exit(1) from None
 
     return wrapper

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib
+import signal
+import sys
 from typing import Optional
 
 import typer
@@ -10,7 +12,7 @@ from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json,
 from spo_lake.ingest import (
     PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, from_records, ingest_trajectories, load_batch, located,
 )
-from spo_lake.ingest.core import IngestReport
+from spo_lake.ingest.core import BATCH_ROWS, IngestReport, load_batches
 from spo_lake.ingest.records import SOURCES
 from spo_lake.ingest.shapes import REWARD_CONVENTIONS, TRAJECTORY_FIELD_DOCS, ExtraFields, RewardMap
 
@@ -24,7 +26,8 @@ DATASETS = {
     "taco": "spo_lake.tasks.taco",
 }
 
-INGEST_HELP = ("Ingest trajectory records; validates everything before one commit; re-ingest is a no-op.\n\n"
+INGEST_HELP = ("Ingest trajectory records; validates everything before one commit; re-ingest is a no-op. Streams: "
+               "memory stays bounded by --batch-rows whatever the input's size.\n\n"
                "Fields (one record per line of JSONL, a row of Parquet/CSV/a dataset; example: examples/samples.jsonl):"
                "\n\n" + "\n".join(f"  {name}: {doc}" for name, doc in TRAJECTORY_FIELD_DOCS.items()))
 CONVENTIONS = ", ".join(f"{name} ({pairs})" for name, pairs in REWARD_CONVENTIONS.items())
@@ -65,16 +68,24 @@ def register(app: typer.Typer) -> None:
                extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
                hf: bool = typer.Option(False, "--hf", help="PATH is a Hugging Face dataset name or save_to_disk dir"),
                split: str = typer.Option("train", help="dataset split with --hf"),
+               batch_rows: int = typer.Option(BATCH_ROWS, help="rows validated and staged at a time (memory grows "
+                                                               "with it, not with the input)"),
                format: OutputFormat = FORMAT_OPTION) -> None:
         if source not in SOURCES:
             raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         rewards = RewardMap.parse(reward_map) if reward_map else None
-        with console.status(f"reading and validating {path}"):
-            batch = load_batch(path, TRAJECTORY_FIELDS, "trajectories", parse_map(map), split if hf else None,
-                               extra, rewards)
+        mapping = parse_map(map)
+
+        def batches():
+            return load_batches(path, TRAJECTORY_FIELDS, "trajectories", mapping, split if hf else None, extra,
+                                rewards, batch_rows)
+
+        next(iter(batches()))  # a missing, empty or unreadable input fails before a lake is created
         lake = open_lake(create=True)
-        with console.status(f"checking and writing {batch.table.num_rows} rows"):
-            report = ingest_trajectories(lake, batch, source=source, task=task,
+        # `kill` (SIGTERM) unwinds like Ctrl-C, so the files staged so far are deleted; kill -9 leaves them to vacuum.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        with console.status(f"validating and writing {path}"):
+            report = ingest_trajectories(lake, batches, source=source, task=task,
                                          defaults={"model": model, "run_id": run_id, "tokenizer": tokenizer})
         if format is OutputFormat.json:
             emit_json(report_json(path, report))

@@ -1,4 +1,4 @@
-"""Lake verbs: init, sql, snapshot, history, stats, compact, vacuum."""
+"""Lake verbs: init, sql, snapshot, history, stats, compact, vacuum, doctor."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,9 @@ import typer
 from rich.table import Table
 
 from spo_lake.cli.common import FORMAT_OPTION, STATE, OutputFormat, console, emit_json, open_lake, user_errors
-from spo_lake.lake import Lake, table_names
+from spo_lake.lake import Lake, LakeError, table_names
+from spo_lake.lake.core import DEFAULT_RETENTION_HOURS
+from spo_lake.lake.doctor import diagnose
 
 snapshot_app = typer.Typer(help="Named, immutable pins of every table's version.")
 
@@ -95,9 +97,13 @@ def register(app: typer.Typer) -> None:
     def sql(query: str = typer.Argument(..., help="DuckDB SQL; every table is a view"),
             snapshot: Optional[str] = typer.Option(None, help="read every table at this snapshot"),
             format: SqlFormat = typer.Option(SqlFormat.table, "--format"),
-            out: Optional[Path] = typer.Option(None, help="write the result here")) -> None:
-        """Run SQL over the lake (at a snapshot, or latest)."""
-        write_arrow(open_lake().sql(query, snapshot=snapshot), format.value, out)
+            out: Optional[Path] = typer.Option(None, help="write the result here"),
+            allow_writes: bool = typer.Option(False, "--allow-writes",
+                                              help="also run statements that write files or change the session "
+                                                   "(COPY ... TO, CREATE, ATTACH, INSTALL/LOAD, SET); the lake's "
+                                                   "tables stay read-only views")) -> None:
+        """Run read-only SQL over the lake (at a snapshot, or latest): SELECT statements only unless --allow-writes."""
+        write_arrow(open_lake().sql(query, snapshot=snapshot, writes=allow_writes), format.value, out)
 
     @snapshot_app.command("create")
     @user_errors
@@ -140,9 +146,12 @@ def register(app: typer.Typer) -> None:
 
     @snapshot_app.command("delete")
     @user_errors
-    def snapshot_delete(name: str, format: OutputFormat = FORMAT_OPTION) -> None:
-        """Delete a snapshot; its files are released to the next vacuum."""
-        open_lake().delete_snapshot(name)
+    def snapshot_delete(name: str, force: bool = typer.Option(False, "--force",
+                                                              help="delete it even if a run records it"),
+                        format: OutputFormat = FORMAT_OPTION) -> None:
+        """Delete a snapshot; its files are released to the next vacuum. A snapshot a run trained or evaluated on
+        is kept unless --force."""
+        open_lake().delete_snapshot(name, force=force)
         if format is OutputFormat.json:
             emit_json({"deleted": name})
         console.print(f"deleted snapshot {name}")
@@ -201,12 +210,52 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
-    def vacuum(retention_hours: int = typer.Option(0, help="keep files removed less than this many hours ago"),
-               orphan_age_hours: int = typer.Option(24, help="delete files of killed, never-committed writes once "
-                                                    "this old (keep it well above any write's duration)"),
+    def vacuum(retention_hours: int = typer.Option(
+                   DEFAULT_RETENTION_HOURS, help="keep every file a version newer than this many hours references "
+                                                 "(what running queries, exports and pipelines read)"),
+               orphan_age_hours: int = typer.Option(24, help="delete never-committed files once older than this and "
+                                                    "--retention-hours (those of writers killed before their commit "
+                                                    "go at once; writes in flight are always kept)"),
                dry_run: bool = typer.Option(False)) -> None:
-        """Delete files that neither the latest version nor any snapshot references."""
+        """Delete files that no snapshot and no version younger than the retention window references."""
+        lake = open_lake()
+        if retention_hours < DEFAULT_RETENTION_HOURS:
+            console.print(f"[bold red]warning:[/] --retention-hours {retention_hours} deletes files of versions younger "
+                          f"than {DEFAULT_RETENTION_HOURS} h: a query, export or pipeline still reading one of them "
+                          "fails (snapshots stay readable)")
         with console.status("vacuuming"):
-            res = open_lake().vacuum(retention_hours=retention_hours, dry_run=dry_run,
+            res = lake.vacuum(retention_hours=retention_hours, dry_run=dry_run,
                                      orphan_age_hours=orphan_age_hours)
         console.print(f"{'would delete' if dry_run else 'deleted'} {sum(map(len, res.values()))} files")
+
+    @app.command()
+    @user_errors
+    def doctor(yes: bool = typer.Option(False, "--yes", help="make every repair without asking"),
+               format: OutputFormat = FORMAT_OPTION) -> None:
+        """Check every table and snapshot: logs readable, every referenced file present and valid Parquet, the
+        snapshot registry consistent. One line per problem; repairs what Delta allows (drop a truncated last log
+        entry, rebuild a checkpoint, start a lost registry empty) after confirmation, deleting no data file.
+        Exits 1 while problems remain."""
+        lake = Lake.locate(STATE.lake_path, STATE.storage_options)
+        problems = diagnose(lake, table_names())
+        if len(problems) == len(table_names()) + 1 and all(p.what.startswith("table missing") for p in problems):
+            raise LakeError(f"{lake.root}: not a lake (run `spolake init` or pass --lake)")
+        repaired = []
+        for p in problems:
+            if format is OutputFormat.table:
+                print(p.line())
+            if p.repair is None or not (yes or (sys.stdin.isatty() and typer.confirm(f"{p.where}: {p.fix}?"))):
+                continue
+            p.repair()
+            repaired.append(p)
+            console.print(f"repaired {p.where}: {p.fix}")
+        left = [p for p in problems if p not in repaired]
+        if format is OutputFormat.json:
+            emit_json({"problems": [{"where": p.where, "problem": p.what, "repair": p.fix, "repaired": p in repaired}
+                                    for p in problems]})
+        fixable = sum(p.repair is not None for p in left)
+        console.print("no problems found" if not problems else
+                      f"{len(problems)} problems, {len(repaired)} repaired, {len(left)} left"
+                      + (f" ({fixable} repairable: rerun with --yes)" if fixable else ""))
+        if left:
+            raise typer.Exit(1)

@@ -1,28 +1,36 @@
-"""Ingest: validate a whole input, then commit it (prompts, evaluations, trajectories — trajectories last).
+"""Ingest: validate and stage an input batch by batch, then commit it (prompts, evaluations, trajectories — trajectories
+last, one commit per table): all or nothing, in memory bounded by the batch size, whatever the input's size.
 
 Ids are content-derived, so re-ingesting the same input is a no-op; identical responses sampled twice stay two rows
 (they count in Monte-Carlo estimates) because a repeat's id includes its occurrence number within the input.
-New rows are written optimistically, then committed under the lake lock after re-checking that no concurrent
-ingest added any of them meanwhile, so overlapping ingests cannot both add a row. A crash between commits leaves
-only facts no trajectory references yet (new prompts, imported verdicts); a retry re-uses them.
+New rows are staged (written, uncommitted) under a write lease, so vacuum leaves them alone and a failure deletes
+them; they are committed under the lake lock, re-planned there if another writer changed the trajectories or prompts
+meanwhile, so overlapping ingests cannot both add a row. A crash between commits leaves only facts no trajectory
+references yet (new prompts, imported verdicts); a retry re-uses them.
 """
 from __future__ import annotations
 
+import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spo_lake.ingest.ids import adopt_unattributed, response_digests, trajectory_ids
-from spo_lake.ingest.readers import IngestError, Located, is_parquet, read_hf, read_parquet, read_records
+from spo_lake.ingest.ids import SeenIds, adopt_unattributed, response_digests, trajectory_ids
+from spo_lake.ingest.readers import (
+    IngestError, Located, is_parquet, read_hf, read_parquet, read_parquet_batches, read_records,
+)
 from spo_lake.ingest.records import Batch, rename
 from spo_lake.ingest.rules import validate_prompts, validate_trajectories
 from spo_lake.ingest.shapes import ExtraFields, RewardMap, Shaping, formatted_prompt, shaped_batch, typed_batch
 from spo_lake.lake import Lake, Staged
+from spo_lake.lake.inflight import Lease
+
+BATCH_ROWS = 20_000  # rows validated and staged at a time: sets the memory ceiling (see README)
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,8 @@ class IngestReport:
 def load_batch(path: str, fields: dict[str, str], what: str, mapping: dict[str, str] | None = None,
                hf_split: str | None = None, extra: ExtraFields = ExtraFields.metadata,
                reward_map: RewardMap | None = None) -> Batch:
-    """Read, reshape (`shapes.py`) and type-check an input: Parquet and datasets as typed Arrow, the rest by record."""
+    """Read, reshape (`shapes.py`) and type-check a whole input: Parquet and datasets as typed Arrow, the rest by
+    record."""
     shaping = Shaping(fields, what, extra, reward_map)
     if hf_split is not None or is_parquet(path):
         table = read_hf(path, hf_split) if hf_split is not None else read_parquet(Path(path))
@@ -53,6 +62,32 @@ def load_batch(path: str, fields: dict[str, str], what: str, mapping: dict[str, 
             raise IngestError(f"{origin}: no records")
         return typed_batch(table, origin, shaping, mapping)
     return shaped_batch(rename(read_records(path), mapping or {}), shaping)
+
+
+def load_batches(path: str, fields: dict[str, str], what: str, mapping: dict[str, str] | None = None,
+                 hf_split: str | None = None, extra: ExtraFields = ExtraFields.metadata,
+                 reward_map: RewardMap | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
+    """`load_batch`, streamed: batches of at most `batch_rows` input rows, each naming rows by their place in the
+    whole input. JSONL, CSV and Parquet are read incrementally; a dataset is memory-mapped by `datasets` already."""
+    if batch_rows < 1:
+        raise ValueError(f"batch size must be at least 1, got {batch_rows}")
+    shaping = Shaping(fields, what, extra, reward_map)
+    if hf_split is not None:
+        table = read_hf(path, hf_split)
+        if table.num_rows == 0:
+            raise IngestError(f"{path}[{hf_split}]: no records")
+        for start in range(0, table.num_rows, batch_rows):
+            yield typed_batch(table.slice(start, batch_rows), f"{path}[{hf_split}]", shaping, mapping, start)
+        return
+    if is_parquet(path):
+        start = 0
+        for table in read_parquet_batches(Path(path), batch_rows):
+            yield typed_batch(table, path, shaping, mapping, start)
+            start += table.num_rows
+        return
+    records = rename(read_records(path), mapping or {})
+    while chunk := list(itertools.islice(records, batch_rows)):
+        yield shaped_batch(chunk, shaping)
 
 
 def located(records: Iterable[dict[str, Any]], origin: str) -> list[Located]:
@@ -106,56 +141,104 @@ def _existing_prompts(lake: Lake, ids: pa.Array | pa.ChunkedArray) -> dict[str, 
 
 
 # ---- trajectories -----------------------------------------------------------------------------------------------
-def ingest_trajectories(lake: Lake, batch: Batch, *, source: str | None = None, task: str | None = None,
-                        defaults: dict[str, Any] | None = None) -> IngestReport:
-    """Validate `batch` fully, then commit its new prompts, imported verdicts and trajectories.
+Batches = Batch | Callable[[], Iterable[Batch]]
 
-    `source` fills rows without one; `defaults` (model, run_id, tokenizer, temperature, top_p) fill missing fields;
-    `task` is used to create prompts from a `prompt` field when rows carry no `task`.
+
+def ingest_trajectories(lake: Lake, batches: Batches, *, source: str | None = None, task: str | None = None,
+                        defaults: dict[str, Any] | None = None) -> IngestReport:
+    """Validate and stage every batch, then commit the new prompts, imported verdicts and trajectories.
+
+    `batches`: one Batch, or a function returning the input's batches afresh (called again if the plan must be
+    redone under the lock). `source` fills rows without one; `defaults` (model, run_id, tokenizer, temperature,
+    top_p) fill missing fields; `task` is used to create prompts from a `prompt` field when rows carry no `task`.
+    A bad row anywhere fails the whole ingest, and what was staged is deleted.
     """
-    t = _fill(batch.table, {"source": source, **(defaults or {})})
-    batch = Batch(t, batch.where)
-    validate_trajectories(batch)
-    hashes, exact = response_digests(t.column("response"))
-    ids = adopt_unattributed(lake.read("trajectories"), t, trajectory_ids(t, exact), hashes)
-    if t.column("trajectory_id").null_count < t.num_rows:  # derived ids never repeat; given ones might
-        _check_unique_ids(batch, ids)
-    # Plan and write optimistically, outside the lake lock, so concurrent ingests overlap their heavy work; under
-    # the lock, commit only if no other ingest added any of these rows (or prompts) meanwhile, else redo it there.
-    plan = _stage_new_rows(lake, batch, ids, hashes, task)
-    with lake.lock():
-        if _raced(lake, plan):
-            plan = _stage_new_rows(lake, batch, ids, hashes, task)
-        # trajectories, which make the batch visible, commit last; rows a concurrent ingest committed first
-        # (object stores have no lake lock) are not added twice, and not counted
-        prompts_new, evaluations_new, new = [lake.commit_rows(staged) for staged in plan.staged]
-    return IngestReport(new=new, present=t.num_rows - new, prompts_new=prompts_new, evaluations_new=evaluations_new)
+    read = (lambda: [batches]) if isinstance(batches, Batch) else batches
+    fill = {"source": source, **(defaults or {})}
+    with lake.writing() as lease:
+        # Plan and stage outside the lake lock, so concurrent ingests overlap their heavy work; under the lock,
+        # commit if no other writer changed what the plan checked against, else redo the plan there.
+        before = _checked_versions(lake)
+        plan = _stage_new_rows(lake, lease, read(), fill, task)
+        with lake.lock():
+            if _checked_versions(lake) != before:
+                lease.discard()
+                plan = _stage_new_rows(lake, lease, read(), fill, task)
+            # trajectories, which make the batch visible, commit last; rows a concurrent ingest committed first
+            # (object stores have no lake lock) are not added twice, and not counted
+            prompts_new, evaluations_new, new = [lake.commit_rows(staged) for staged in plan.staged]
+    return IngestReport(new=new, present=plan.rows - new, prompts_new=prompts_new, evaluations_new=evaluations_new)
+
+
+def _checked_versions(lake: Lake) -> tuple[int, int]:
+    return lake.version("prompts"), lake.version("trajectories")
+
+
+@dataclass
+class _Stream:
+    """What the batches of one input share: ids seen so far, prompts and verdicts staged so far, the counts."""
+
+    seen: SeenIds = field(default_factory=SeenIds)
+    given: SeenIds = field(default_factory=SeenIds)
+    adopted: set[str] = field(default_factory=set)
+    prompts: dict[str, dict[str, Any]] = field(default_factory=dict)  # staged, by prompt_id (like _existing_prompts)
+    evaluations: list[Staged] = field(default_factory=list)
+    rows: int = 0
 
 
 @dataclass(frozen=True)
 class _Plan:
-    new_ids: pa.Array
-    prompt_ids: list[str]
+    rows: int  # of the input
     staged: list[Staged]  # prompts, evaluations, trajectories
 
 
-def _stage_new_rows(lake: Lake, batch: Batch, ids: pa.Array, hashes: pa.Array, task: str | None) -> _Plan:
-    """Write (without committing) the prompts, imported verdicts and trajectories this batch adds to the lake."""
-    t = batch.table
-    new_prompts = _prompts_to_create(lake, batch, task)
+def _stage_new_rows(lake: Lake, lease: Lease, batches: Iterable[Batch], fill: dict[str, Any],
+                    task: str | None) -> _Plan:
+    """Write (without committing) the prompts, imported verdicts and trajectories the input adds to the lake."""
+    state = _Stream()
+
+    def trajectories() -> Iterator[pa.Table]:  # staged while the next batch is read and checked
+        for batch in batches:
+            yield _batch_rows(lake, lease, batch, fill, task, state)
+
+    staged_trajectories = lake.stage("trajectories", trajectories(), lease)
+    if state.rows == 0:
+        raise IngestError("input: no records")
+    prompts = pa.Table.from_pylist([{k: r[k] for k in _NEW_PROMPT.names} for r in state.prompts.values()],
+                                   schema=_NEW_PROMPT)
+    staged = [lake.stage("prompts", [prompts], lease), _merged(lease, "evaluations", state.evaluations),
+              staged_trajectories]
+    return _Plan(state.rows, staged)
+
+
+def _batch_rows(lake: Lake, lease: Lease, batch: Batch, fill: dict[str, Any], task: str | None,
+                state: _Stream) -> pa.Table:
+    """Check one batch; stage its new prompts (in `state`) and imported verdicts; return its new trajectory rows."""
+    t = _fill(batch.table, fill)
+    batch = Batch(t, batch.where)
+    validate_trajectories(batch)
+    hashes, exact = response_digests(t.column("response"))
+    ids = adopt_unattributed(lake.read("trajectories"), t, trajectory_ids(t, exact, state.seen), hashes,
+                             state.adopted)
+    if t.column("trajectory_id").null_count < t.num_rows:  # derived ids never repeat; given ones might
+        _check_unique_ids(batch, ids, state.given)
+    for row in _prompts_to_create(lake, batch, task, state.prompts).to_pylist():
+        state.prompts[row["prompt_id"]] = {**dict.fromkeys(_PROMPT_CONTENT), **row}
     new_mask = pc.invert(_present(lake, "trajectories", ids))
     new, new_ids = _where(t, new_mask), _where(ids, new_mask)
     evaluations = _imported_verdicts(lake, new_ids, new.column("reward"))
-    staged = [lake.stage("prompts", [new_prompts]), lake.stage("evaluations", [evaluations]),
-              lake.stage("trajectories", [_trajectory_rows(new, new_ids, _where(hashes, new_mask))])]
-    return _Plan(new_ids, new_prompts.column("prompt_id").to_pylist(), staged)
+    if evaluations.num_rows:
+        state.evaluations.append(lake.stage("evaluations", [evaluations], lease))
+    state.rows += t.num_rows
+    return _trajectory_rows(new, new_ids, _where(hashes, new_mask))
 
 
-def _raced(lake: Lake, plan: _Plan) -> bool:
-    """Did another writer commit any of the planned trajectories or prompts after the plan was made?"""
-    if pc.any(_present(lake, "trajectories", plan.new_ids)).as_py():
-        return True
-    return bool(plan.prompt_ids) and bool(_existing_prompts(lake, pa.array(plan.prompt_ids, pa.string())))
+def _merged(lease: Lease, table: str, parts: list[Staged]) -> Staged:
+    """Several stagings of one table as one commit."""
+    local = all(p.actions is not None for p in parts)
+    return Staged(table, sum(p.num_rows for p in parts),
+                  actions=[a for p in parts for a in p.actions] if local else None,
+                  data=None if local else pa.concat_tables([p.data for p in parts]), lease=lease)
 
 
 def _trajectory_rows(new: pa.Table, ids: pa.Array, hashes: pa.Array) -> pa.Table:
@@ -191,8 +274,16 @@ def _fill(t: pa.Table, values: dict[str, Any]) -> pa.Table:
     return t
 
 
-def _check_unique_ids(batch: Batch, ids: pa.Array) -> None:
-    """Given trajectory_ids must not repeat within one input (derived ids never do)."""
+def _check_unique_ids(batch: Batch, ids: pa.Array, earlier: SeenIds) -> None:
+    """Given trajectory_ids must not repeat within one input (derived ids never do); `earlier` holds the ids of the
+    input's earlier batches and gains these."""
+    keys = SeenIds.prefixes(ids.to_pylist(), hashed=False)
+    repeated = earlier.earlier(keys)
+    if repeated.any():
+        i = int(repeated.nonzero()[0][0])
+        raise IngestError(f"{batch.where(i)}: field 'trajectory_id': duplicate {ids[i].as_py()!r} (also earlier in "
+                          "the input)")
+    earlier.add(keys)
     if pc.count_distinct(ids).as_py() == len(ids):
         return
     first: dict[str, int] = {}
@@ -206,10 +297,13 @@ def _check_unique_ids(batch: Batch, ids: pa.Array) -> None:
 _NEW_PROMPT = pa.schema([("prompt_id", pa.string()), ("task", pa.string()), ("prompt", pa.string())])
 
 
-def _prompts_to_create(lake: Lake, batch: Batch, task: str | None) -> pa.Table:
-    """Prompt rows to create from trajectory rows' `prompt`/`task` fields; checks them against the lake."""
+def _prompts_to_create(lake: Lake, batch: Batch, task: str | None, staged: dict[str, dict[str, Any]]) -> pa.Table:
+    """Prompt rows to create from trajectory rows' `prompt`/`task` fields; checks them against the lake and the
+    prompts earlier batches of the input `staged`."""
     t = batch.table
     existing = _existing_prompts(lake, t.column("prompt_id"))
+    wanted = set(pc.unique(t.column("prompt_id")).to_pylist())
+    existing |= {pid: row for pid, row in staged.items() if pid in wanted}
     restated = t.column("prompt").null_count < t.num_rows or t.column("task").null_count < t.num_rows
     all_known = pc.all(pc.is_in(t.column("prompt_id"), pa.array(list(existing), pa.string()))).as_py()
     if all_known and not restated:  # the usual case: rows refer to prompts already in the lake

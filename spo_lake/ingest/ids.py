@@ -118,41 +118,95 @@ def _md5_hex(strings: pa.ChunkedArray) -> pa.ChunkedArray:
         con.close()
 
 
-def trajectory_ids(t: pa.Table, exact_hashes: pa.Array) -> pa.Array:
+# What makes a sample a separate draw, when the input records it: the policy that drew it, its sampling settings,
+# and its metadata (a sampler's seed or sample index). Part of the id only for rows that carry any of them.
+DRAW_FIELDS = ("policy_version", "temperature", "top_p", "metadata")
+
+
+class SeenIds:
+    """How often each id occurred in the earlier batches of a streamed input, in 8 bytes a distinct id (a sorted
+    array of 64-bit prefixes; ids seen more than once also count in a dict). A prefix collision (about n^2 / 2^65)
+    only renumbers a row's id, deterministically, so a re-ingest still derives the same ids."""
+
+    def __init__(self) -> None:
+        self.keys = np.empty(0, dtype=np.uint64)
+        self.more: dict[int, int] = {}  # key -> occurrences beyond the first
+
+    @staticmethod
+    def prefixes(ids: list[str], hashed: bool = True) -> np.ndarray:
+        """64-bit prefixes of md5 hex ids (`hashed`), or of the md5 of any other strings (ids a user gave)."""
+        hexes = ids if hashed else [hashlib.md5(i.encode()).hexdigest() for i in ids]
+        return np.frombuffer(binascii.unhexlify("".join(h[:16] for h in hexes)), dtype=">u8").astype(np.uint64)
+
+    def earlier(self, keys: np.ndarray) -> np.ndarray:
+        """Occurrences of each key in the batches added so far."""
+        if not len(self.keys):
+            return np.zeros(len(keys), dtype=np.int64)
+        found = self.keys[np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)] == keys
+        counts = found.astype(np.int64)
+        for i in np.flatnonzero(found).tolist():
+            counts[i] += self.more.get(int(keys[i]), 0)
+        return counts
+
+    def add(self, keys: np.ndarray) -> None:
+        unique, counts = np.unique(keys, return_counts=True)
+        for k, c, known in zip(unique.tolist(), counts.tolist(), (self.earlier(unique) > 0).tolist()):
+            extra = c if known else c - 1
+            if extra:
+                self.more[k] = self.more.get(k, 0) + extra
+        self.keys = np.union1d(self.keys, unique)
+
+
+def trajectory_ids(t: pa.Table, exact_hashes: pa.Array, seen: SeenIds | None = None) -> pa.Array:
     """Ids for the rows of a validated trajectory batch: the given `trajectory_id`, else content-derived.
 
-    The content id is md5 of (prompt_id, source, model, run_id, sha256 of the exact response). The k-th repeat
-    (k >= 1) of the same content within one input gets md5(first id + "#k"): identical samples stay distinct rows,
-    and re-ingesting the same input derives the same ids again.
+    The content id is md5 of (prompt_id, source, model, run_id, sha256 of the exact response), plus DRAW_FIELDS
+    when a row has any: the same response drawn in two batches with another seed, policy version or temperature is
+    another fact. The k-th repeat (k >= 1) of the same content within one input gets md5(first id + "#k"):
+    identical samples stay distinct rows, and re-ingesting the same input derives the same ids again.
     """
     given = t.column("trajectory_id").combine_chunks()
     if given.null_count == 0:
         return given
     fields = [_self_delimiting(t.column(c)) for c in ("prompt_id", "source", "model", "run_id")]
+    draws = [t.column(c) for c in DRAW_FIELDS if c in t.column_names]
+    if draws:
+        has_draw = pc.is_valid(draws[0])
+        for c in draws[1:]:
+            has_draw = pc.or_(has_draw, pc.is_valid(c))
+        framed = pc.binary_join_element_wise(*[_self_delimiting(c) for c in draws], "")
+        fields.append(pc.if_else(has_draw, pc.binary_join_element_wise("draw:", framed, ""), ""))
     key = pc.binary_join_element_wise(*fields, exact_hashes, "")
     derived = _md5_hex(key)
     missing = pc.is_null(given)
-    if pc.count_distinct(derived.filter(missing)).as_py() < pc.sum(missing).as_py():  # repeats: number them
+    content = derived.filter(missing).to_pylist()
+    keys = SeenIds.prefixes(content) if seen is not None and content else None
+    earlier = seen.earlier(keys) if keys is not None else np.zeros(len(content), dtype=np.int64)
+    if earlier.any() or pc.count_distinct(derived.filter(missing)).as_py() < len(content):  # repeats: number them
         ids, has_given = derived.to_pylist(), pc.is_valid(given).to_pylist()
-        counts = Counter(i for i, g in zip(ids, has_given) if not g)
-        seen: Counter[str] = Counter()
+        before = iter(earlier.tolist())
+        numbered: Counter[str] = Counter()
         for row, first in enumerate(ids):
-            if has_given[row] or counts[first] == 1:
+            if has_given[row]:
                 continue
-            k = seen[first]
-            seen[first] += 1
+            k = next(before) + numbered[first]  # earlier occurrences: in previous batches, then in this one
+            numbered[first] += 1
             if k:
                 ids[row] = hashlib.md5(f"{first}#{k}".encode()).hexdigest()
         derived = pa.array(ids, pa.string())
+    if keys is not None:
+        seen.add(keys)
     return pc.if_else(pc.is_valid(given), given, derived)
 
 
-def adopt_unattributed(existing: pl.LazyFrame, t: pa.Table, ids: pa.Array, hashes: pa.Array) -> pa.Array:
+def adopt_unattributed(existing: pl.LazyFrame, t: pa.Table, ids: pa.Array, hashes: pa.Array,
+                       taken: set[str] | None = None) -> pa.Array:
     """Rows that name neither a model nor a trajectory_id take the id of a lake trajectory with the same prompt,
     source, run and exact response, whatever its model (the k-th such row the k-th such trajectory by id).
 
     So a file ingested once with --model and again without it is recognised ("0 new, N already present") instead
-    of landing twice. `existing` is the trajectories table; `hashes` the normalised response hashes of `t`.
+    of landing twice. `existing` is the trajectories table; `hashes` the normalised response hashes of `t`;
+    `taken` the ids earlier batches of the same input adopted (updated here), so each is adopted once.
     """
     loose = pc.and_(pc.is_null(t.column("model")), pc.is_null(t.column("trajectory_id")))
     if not pc.any(loose).as_py():
@@ -166,6 +220,8 @@ def adopt_unattributed(existing: pl.LazyFrame, t: pa.Table, ids: pa.Array, hashe
              .select("trajectory_id", *keys, "response_text")
              .join(rows.lazy().select(keys).unique(), on=keys, how="semi", nulls_equal=True)
              .collect())
+    if taken:
+        found = found.filter(~pl.col("trajectory_id").is_in(pl.Series(sorted(taken), dtype=pl.String).implode()))
     if found.is_empty():
         return ids
     same = [*keys, "response_text"]
@@ -175,4 +231,6 @@ def adopt_unattributed(existing: pl.LazyFrame, t: pa.Table, ids: pa.Array, hashe
     out = ids.to_pylist()
     for row, tid in matched.select("row", "trajectory_id").iter_rows():
         out[row] = tid
+        if taken is not None:
+            taken.add(tid)
     return pa.array(out, pa.string())

@@ -7,7 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from spo_lake.ingest.core import IngestReport, add_prompts, ingest_trajectories, load_batch
+from spo_lake.ingest.core import BATCH_ROWS, IngestReport, add_prompts, ingest_trajectories, load_batch, load_batches
 from spo_lake.ingest.readers import IngestError, Located
 from spo_lake.ingest.records import PROMPT_FIELDS, TRAJECTORY_FIELDS, Batch
 from spo_lake.ingest.shapes import ExtraFields, RewardMap, Shaping, shaped_batch, typed_batch
@@ -54,8 +54,10 @@ def _lake(lake: Lake | str | os.PathLike) -> Lake:
 def ingest(lake: Lake | str | os.PathLike, data: Input, *, source: str = "import", task: str | None = None,
            model: str | None = None, run_id: str | None = None, tokenizer: str | None = None,
            mapping: dict[str, str] | None = None, split: str | None = None,
-           extra: ExtraFields | str = ExtraFields.metadata, reward_map: RewardMap | str | None = None) -> IngestReport:
+           extra: ExtraFields | str = ExtraFields.metadata, reward_map: RewardMap | str | None = None,
+           batch_rows: int = BATCH_ROWS) -> IngestReport:
     """Ingest trajectories: validate the whole input, then commit it; re-ingesting the same input is a no-op.
+    A file is streamed `batch_rows` rows at a time (memory bounded by that, not by the file).
 
     `data`: a file path (JSONL, JSONL.gz, Parquet, CSV; a Hugging Face dataset with `split`), a list of dicts, a
     pyarrow Table, a datasets.Dataset or a polars DataFrame, in any shape `spo_lake.ingest.shapes` accepts
@@ -68,9 +70,15 @@ def ingest(lake: Lake | str | os.PathLike, data: Input, *, source: str = "import
 
     if source not in SOURCES:
         raise ValueError(f"source {source!r}: unknown (one of {', '.join(SOURCES)})")
-    batch = read_input(data, TRAJECTORY_FIELDS, "trajectories", mapping=mapping, split=split, extra=extra,
-                       reward_map=reward_map)
-    return ingest_trajectories(_lake(lake), batch, source=source, task=task,
+    if isinstance(data, (str, os.PathLike)):
+        extra = ExtraFields(extra)
+        rewards = RewardMap.parse(reward_map) if isinstance(reward_map, str) else reward_map
+        batches = lambda: load_batches(str(data), TRAJECTORY_FIELDS, "trajectories", mapping, split,  # noqa: E731
+                                       extra, rewards, batch_rows)
+    else:
+        batches = read_input(data, TRAJECTORY_FIELDS, "trajectories", mapping=mapping, split=split, extra=extra,
+                             reward_map=reward_map)
+    return ingest_trajectories(_lake(lake), batches, source=source, task=task,
                                defaults={"model": model, "run_id": run_id, "tokenizer": tokenizer})
 
 

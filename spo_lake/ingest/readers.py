@@ -122,6 +122,26 @@ def read_parquet(path: Path) -> pa.Table:
         raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
 
 
+def read_parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.Table]:
+    """A Parquet file as typed Arrow tables of at most `batch_rows` rows, read one at a time."""
+    import pyarrow.parquet as pq
+
+    if not path.exists():
+        raise IngestError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise IngestError(f"{path}: empty file, no records")
+    try:
+        reader = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every row group read in memory
+        if reader.metadata.num_rows == 0:
+            raise IngestError(f"{path}: no records")
+        for batch in reader.iter_batches(batch_size=batch_rows):
+            yield pa.Table.from_batches([batch])
+    except IngestError:
+        raise
+    except Exception as exc:  # pyarrow raises several types for a corrupt file
+        raise IngestError(f"{path}: not a readable Parquet file: {' '.join(str(exc).split())}") from None
+
+
 def read_csv(path: Path) -> Iterator[Located]:
     """CSV with a header row. Cells of list/object fields (token_ids, logprobs, tests, metadata) are JSON text;
     number fields are parsed strictly; an empty cell means "absent"."""

@@ -117,12 +117,13 @@ def json_text(v: dict, where: str, field: str) -> str:
 
 
 # ---- typed Arrow tables -----------------------------------------------------------------------------------------
-def from_arrow(table: pa.Table, fields: dict[str, str], origin: str, what: str) -> Batch:
-    """Check an Arrow table's column types against the logical fields; scalars are cast (safely) to them."""
+def from_arrow(table: pa.Table, fields: dict[str, str], origin: str, what: str, first_row: int = 0) -> Batch:
+    """Check an Arrow table's column types against the logical fields; scalars are cast (safely) to them. Row i is
+    row `first_row + i + 1` of the input (a later batch of a streamed file)."""
     unknown = set(table.column_names) - set(fields)
     if unknown:
         raise IngestError(f"{origin}: unknown column(s) {sorted(unknown)} for {what} (rename with --map dst=src)")
-    where = lambda i: f"{origin}:row {i + 1}"  # noqa: E731
+    where = lambda i: f"{origin}:row {first_row + i + 1}"  # noqa: E731
     cols = {}
     for f, kind in fields.items():
         if f not in table.column_names:

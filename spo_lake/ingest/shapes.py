@@ -128,20 +128,22 @@ def shaped_batch(records: Iterable[Located], shaping: Shaping) -> Batch:
     return from_records(reshape(records, shaping), shaping.fields, shaping.what)
 
 
-def typed_batch(table: pa.Table, origin: str, shaping: Shaping, mapping: dict[str, str] | None = None) -> Batch:
+def typed_batch(table: pa.Table, origin: str, shaping: Shaping, mapping: dict[str, str] | None = None,
+                first_row: int = 0) -> Batch:
     """An Arrow input (Parquet, a dataset): column-wise when its columns are canonical, else record by record."""
     inverse = {src: dst for dst, src in (mapping or {}).items()}
     table = _rename_columns(table.rename_columns([inverse.get(c, c) for c in table.column_names]), shaping)
     if not _needs_reshaping(table, shaping):
-        return from_arrow(table, shaping.fields, origin, shaping.what)
+        return from_arrow(table, shaping.fields, origin, shaping.what, first_row)
     # The list fields (token ids, log-probs: most of the bytes) stay columns unless a row splits into two.
     lists = [c for c in table.column_names if shaping.fields.get(c, "").startswith("list<")]
     narrow = table.drop_columns(lists)
-    records = list(reshape((Located(f"{origin}:row {i + 1}", r) for i, r in enumerate(narrow.to_pylist())), shaping))
+    row = lambda i: f"{origin}:row {first_row + i + 1}"  # noqa: E731
+    records = list(reshape((Located(row(i), r) for i, r in enumerate(narrow.to_pylist())), shaping))
     if not lists or len(records) != table.num_rows:  # no list columns, or preference rows split in two
-        return shaped_batch((Located(f"{origin}:row {i + 1}", r) for i, r in enumerate(table.to_pylist())), shaping)
+        return shaped_batch((Located(row(i), r) for i, r in enumerate(table.to_pylist())), shaping)
     scalars = from_records(records, {f: k for f, k in shaping.fields.items() if f not in lists}, shaping.what)
-    typed = from_arrow(table.select(lists), {f: shaping.fields[f] for f in lists}, origin, shaping.what).table
+    typed = from_arrow(table.select(lists), {f: shaping.fields[f] for f in lists}, origin, shaping.what, first_row).table
     out = scalars.table
     for name in lists:
         out = out.append_column(name, typed.column(name))

@@ -10,13 +10,14 @@ import json
 import os
 import random
 import time
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 from urllib.parse import unquote
 
+import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +28,11 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
+from spo_lake.lake import doctor, inflight
 from spo_lake.lake.contracts import Contract, contract, table_names
+from spo_lake.lake.errors import LakeError, delta_message
+from spo_lake.lake.inflight import Lease
+from spo_lake.lake.store import Store
 from spo_lake.lake.writer import lake_lock, write_files
 
 # Time travel must outlive any snapshot: never expire log entries, and let only our keep_versions-aware vacuum
@@ -38,6 +43,7 @@ TABLE_CONFIGURATION = {
     "delta.enableExpiredLogCleanup": "false",
 }
 SNAPSHOTS = "snapshots"
+DEFAULT_RETENTION_HOURS = 168  # Delta's default: a reader of a version up to a week old keeps its files
 Rows = pa.Table | pl.DataFrame | list[dict[str, Any]]
 # A fact's key: a commit adds only rows whose key the table does not hold yet (insert-if-absent). The contracts'
 # keys, except where a table keeps successive rows of one thing: a `values` row is a count at some n (a new row
@@ -87,10 +93,6 @@ class Work:
         return f"spolake-work/{self.scope}"
 
 
-class LakeError(RuntimeError):
-    """A lake-level problem the user must fix (no lake, unknown snapshot, name taken, ...)."""
-
-
 @dataclass(frozen=True)
 class Staged:
     """Rows of one table written but not committed (see `Lake.stage`)."""
@@ -99,6 +101,8 @@ class Staged:
     num_rows: int
     actions: list[AddAction] | None = None  # local lakes: the data files already written
     data: pa.Table | None = None  # object stores: written by delta-rs at commit
+    lease: Lease | None = None  # keeps vacuum off the staged files (see `Lake.writing`)
+    owns_lease: bool = False  # `commit` releases it
 
 
 @dataclass(frozen=True)
@@ -130,15 +134,20 @@ class Lake:
 
     # ---- opening -------------------------------------------------------------------------------------------
     @classmethod
-    def init(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> "Lake":
-        """Create the lake (idempotent): every table of `schemas/` plus the snapshot registry."""
+    def locate(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> "Lake":
+        """The lake at `path`, checking and creating nothing (what `spolake doctor` examines)."""
         root = str(path)
-        if not _is_uri(root):
-            root = _local_root(root)
-            Path(root).mkdir(parents=True, exist_ok=True)
-        lake = cls(root, storage_options)
-        for name in [*table_names(), SNAPSHOTS]:
-            lake._ensure_table(contract(name))
+        return cls(root if _is_uri(root) else _local_root(root), storage_options)
+
+    @classmethod
+    def init(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> "Lake":
+        """Create the lake (idempotent): every table of `schemas/` plus the snapshot registry. Never over existing
+        data: a table whose log is lost, or a registry missing next to other tables, is a LakeError."""
+        lake = cls.locate(path, storage_options)
+        if not _is_uri(lake.root):
+            Path(lake.root).mkdir(parents=True, exist_ok=True)
+        lake._require_registry()
+        lake._create_missing([SNAPSHOTS, *table_names()])  # the registry first: tables without one mean it was lost
         return lake
 
     @classmethod
@@ -146,18 +155,35 @@ class Lake:
              create: bool = False) -> "Lake":
         """Open the lake at `path` (a directory or object-store URI); `create` makes it if missing, else a missing
         lake is a LakeError. `storage_options` go to deltalake (credentials, endpoint, ...)."""
-        root = str(path)
-        if not _is_uri(root):
-            root = _local_root(root)
-        lake = cls(root, storage_options)
-        if not DeltaTable.is_deltatable(lake.uri(SNAPSHOTS), storage_options):
+        lake = cls.locate(path, storage_options)
+        if not lake._is_table(SNAPSHOTS):
             if create:
-                return cls.init(root, storage_options)
-            raise LakeError(f"{root}: not a lake (run `spolake init` or pass --lake)")
-        for name in table_names():  # tables added by a newer contract set appear on open
-            if not DeltaTable.is_deltatable(lake.uri(name), storage_options):
-                lake._ensure_table(contract(name))
+                return cls.init(path, storage_options)
+            lake._require_registry()
+            lost = doctor.lost_log(lake, SNAPSHOTS)
+            raise LakeError(lost or f"{lake.root}: not a lake (run `spolake init` or pass --lake)")
+        lake._create_missing(table_names())  # tables added by a newer contract set appear on open
         return lake
+
+    def _is_table(self, table: str) -> bool:
+        return DeltaTable.is_deltatable(self.uri(table), self.storage_options)
+
+    def _require_registry(self) -> None:
+        """No registry while other tables exist means the registry was lost: creating one would drop every snapshot."""
+        if not self._is_table(SNAPSHOTS):
+            present = [t for t in table_names() if self._is_table(t)]
+            if present:
+                raise LakeError(doctor.missing_registry(self, present))
+
+    def _create_missing(self, tables: list[str]) -> None:
+        """Create the tables that do not exist yet; a table directory holding data files but no log is a LakeError."""
+        for t in tables:
+            if self._is_table(t):
+                continue
+            lost = doctor.lost_log(self, t)
+            if lost:
+                raise LakeError(lost)
+            self._ensure_table(contract(t))
 
     def uri(self, table: str) -> str:
         """Where `table`'s Delta table lives (a path or URI any Delta reader opens)."""
@@ -193,21 +219,46 @@ class Lake:
         except TableNotFoundError:
             raise LakeError(f"{self.uri(table)}: no such table") from None
         except DeltaError as exc:
-            raise LakeError(f"{table}: cannot load version {version}: {exc}") from None
+            at = "latest version" if version is None else f"version {version}"
+            raise LakeError(f"{self.uri(table)}: cannot load the {at}: {delta_message(exc)} "
+                            "(run `spolake doctor`)") from None
 
     # ---- writing -------------------------------------------------------------------------------------------
-    def stage(self, table: str, chunks: Iterable[Rows]) -> Staged:
+    def store(self) -> Store:
+        """The lake's files below the Delta level (listing, leases, damage checks)."""
+        return Store(self.root, self.storage_options)
+
+    @contextmanager
+    def writing(self) -> Iterator[Lease]:
+        """A write lease for staging rows (of one or several tables) and committing them: vacuum deletes none of its
+        files meanwhile. Files staged but not committed when the block fails are deleted."""
+        with self.lock():  # serialised with vacuum, which must see the lease before the first staged file
+            lease = Lease(self.store(), None if _is_uri(self.root) else self.root).take()
+        try:
+            yield lease
+        except BaseException:
+            lease.discard()
+            raise
+        finally:
+            lease.release()
+
+    def stage(self, table: str, chunks: Iterable[Rows], lease: Lease | None = None) -> Staged:
         """Conform and write rows, chunk by chunk, without committing: nothing is visible until `commit`.
 
         `chunks` may be a generator: on a local lake each chunk's files are written on a thread pool while the
         next chunk is produced. Object-store lakes keep the rows in memory and let delta-rs write them at commit.
+        Without a `lease` (from `writing`) the Staged takes its own, released by `commit`.
         """
+        owns = lease is None
+        if lease is None:
+            with self.lock():
+                lease = Lease(self.store(), None if _is_uri(self.root) else self.root).take()
         c = contract(table)
         conformed = (data for data in (c.conform(_to_arrow(rows)) for rows in chunks) if data.num_rows)
         if _is_uri(self.root):
             parts = list(conformed)
             data = pa.concat_tables(parts) if parts else c.arrow_schema.empty_table()
-            return Staged(table, data.num_rows, data=data)
+            return Staged(table, data.num_rows, data=data, lease=lease, owns_lease=owns)
         written = 0
 
         def counted() -> Iterator[pa.Table]:
@@ -216,8 +267,9 @@ class Lake:
                 written += data.num_rows
                 yield data
 
-        actions = write_files(self.uri(table), counted())
-        return Staged(table, written, actions=actions)
+        lease.staging(table)
+        actions = write_files(self.uri(table), counted(), prefix=lease.prefix)
+        return Staged(table, written, actions=actions, lease=lease, owns_lease=owns)
 
     def commit(self, staged: Staged, *, work: Work | None = None, max_attempts: int = COMMIT_ATTEMPTS) -> int:
         """Commit staged rows as one Delta append; returns the table version after it."""
@@ -232,42 +284,52 @@ class Lake:
                 max_attempts: int = COMMIT_ATTEMPTS) -> tuple[int, int]:
         """Commit `staged`: (table version after, rows added).
 
-        Rows whose key (`insert_key`) the table already holds are dropped, checked against the very version the
-        commit is built on; delta-rs rejects the commit if another keyed commit (or, with `work`, another commit
-        of the scope) landed after that version, and then it is retried with jittered exponential back-off.
-        Raises `Replan` when `work`'s scope moved on since the work was planned.
+        The staged files must all still be there (checked with the lease marked `committing`). Rows whose key
+        (`insert_key`) the table already holds are dropped, checked against the very version the commit is built
+        on; delta-rs rejects the commit if another keyed commit (or, with `work`, another commit of the scope)
+        landed after that version, and then it is retried with jittered exponential back-off. Raises `Replan` when
+        `work`'s scope moved on since the work was planned. Staged files not committed are deleted, and a lease
+        the Staged took itself is released, whatever happens.
         """
         c, key = contract(staged.table), insert_key(staged.table)
-        for attempt in range(max_attempts):
-            dt = self._evolve(self.delta(staged.table), c)
-            apps = [_guard(staged.table)] if key else []
-            if work is not None:
-                if dt.transaction_version(work.app_id) != work.seen:
-                    self._discard(staged)
-                    raise Replan(work.scope)
-                apps.append(work.app_id)
-            if key and staged.num_rows:
-                staged = self._without_present(dt, staged, key)
-            if staged.num_rows == 0:
-                return dt.version(), 0
-            txns = [Transaction(app, (dt.transaction_version(app) or 0) + 1) for app in apps]
-            props = CommitProperties(app_transactions=txns) if txns else None
-            try:
-                if staged.actions is None:
-                    write_deltalake(dt, staged.data, mode="append", commit_properties=props)
-                else:
-                    dt.create_write_transaction(staged.actions, mode="append", schema=dt.schema(),
-                                                commit_properties=props)
-            except CommitFailedError:
-                if attempt == max_attempts - 1:
-                    self._discard(staged)
-                    raise
-                time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
-                continue
-            if work is not None:
-                work.seen = txns[-1].version
-            return self.version(staged.table), staged.num_rows
-        raise AssertionError("unreachable")
+        try:
+            if staged.num_rows:
+                self._committing(staged.lease, staged.table, [a.path for a in staged.actions or []])
+            for attempt in range(max_attempts):
+                dt = self._evolve(self.delta(staged.table), c)
+                apps = [_guard(staged.table)] if key else []
+                if work is not None:
+                    if dt.transaction_version(work.app_id) != work.seen:
+                        self._discard(staged)
+                        raise Replan(work.scope)
+                    apps.append(work.app_id)
+                if key and staged.num_rows:
+                    staged = self._without_present(dt, staged, key)
+                if staged.num_rows == 0:
+                    return dt.version(), 0
+                txns = [Transaction(app, (dt.transaction_version(app) or 0) + 1) for app in apps]
+                props = CommitProperties(app_transactions=txns) if txns else None
+                try:
+                    if staged.actions is None:
+                        write_deltalake(dt, staged.data, mode="append", commit_properties=props)
+                    else:
+                        dt.create_write_transaction(staged.actions, mode="append", schema=dt.schema(),
+                                                    commit_properties=props)
+                except CommitFailedError:
+                    if attempt == max_attempts - 1:
+                        self._discard(staged)
+                        raise
+                    time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+                    continue
+                if staged.lease is not None:  # its discard must not delete these now
+                    staged.lease.committed(staged.table, [a.path for a in staged.actions or []])
+                if work is not None:
+                    work.seen = txns[-1].version
+                return self.version(staged.table), staged.num_rows
+            raise AssertionError("unreachable")
+        finally:
+            if staged.owns_lease and staged.lease is not None:
+                staged.lease.release()
 
     def _without_present(self, dt: DeltaTable, staged: Staged, key: tuple[str, ...]) -> Staged:
         """`staged` less the rows whose key the table holds at `dt`'s version (rewritten only if any is)."""
@@ -285,23 +347,35 @@ class Lake:
         mask = pc.invert(pc.is_in(pa.array(range(data.num_rows), pa.uint32()), present.get_column("_row").to_arrow()))
         if staged.actions is None:
             kept = data.filter(mask)
-            return Staged(staged.table, kept.num_rows, data=kept)
+            return replace(staged, num_rows=kept.num_rows, data=kept)
         full = pa.concat_tables(pq.read_table(os.path.join(self.uri(staged.table), a.path)) for a in staged.actions)
         self._discard(staged)
-        return self.stage(staged.table, [full.filter(mask)])
+        # the rewrite stays under the same lease (already `committing`: its files are never deleted as a dead write's)
+        return replace(self.stage(staged.table, [full.filter(mask)], staged.lease), owns_lease=staged.owns_lease)
 
     def _discard(self, staged: Staged) -> None:
         """Delete the files of staged rows that will not be committed (local lakes; nothing else wrote them)."""
         for a in staged.actions or []:
             Path(self.uri(staged.table), a.path).unlink(missing_ok=True)
 
+    def _committing(self, lease: Lease | None, table: str, paths: list[str]) -> None:
+        """Mark `lease` committing, then check the staged files `paths` of `table` are all still there."""
+        if lease is not None:
+            lease.committing()
+        try:  # a file deleted since staging (a vacuum that ignored the lease) must not be referenced
+            inflight.check_staged(self.store(), table, paths)
+        except FileNotFoundError as exc:
+            raise LakeError(str(exc)) from None
+
     def append(self, table: str, rows: Rows) -> int:
         """Append rows (conformed to the table's contract) in one commit; returns the table version after it."""
-        return self.commit(self.stage(table, [rows]))
+        with self.writing() as lease:
+            return self.commit(self.stage(table, [rows], lease))
 
     def added(self, table: str, rows: Rows) -> int:
         """Append rows like `append`; returns how many were added (the others' keys were already there)."""
-        return self.commit_rows(self.stage(table, [rows]))
+        with self.writing() as lease:
+            return self.commit_rows(self.stage(table, [rows], lease))
 
     def claim(self, scope: str, table: str,
               replan: Callable[[dict[str, list[dict[str, Any]]]], dict[str, list[dict[str, Any]]]]) -> Work:
@@ -321,21 +395,23 @@ class Lake:
         trajectory without its verdict, which `evaluate` supplies).
         """
         remaining = _first(dict(batches), work.table) if work is not None else dict(batches)
-        while True:
-            if work is not None:
-                seen = self.delta(work.table).transaction_version(work.app_id)
-                if seen != work.seen:
-                    remaining = _first({t: rows for t, rows in work.replan(remaining).items() if len(rows)},
-                                       work.table)
-                    work.seen = seen
-            staged = [self.stage(t, [rows]) for t, rows in remaining.items()]
-            try:
-                with self.lock():
-                    return {s.table: self.commit(s, work=work if work is not None and s.table == work.table else None)
-                            for s in staged if s.num_rows}
-            except Replan:  # raised by the first commit only, so nothing of the batch landed
-                for s in staged:
-                    self._discard(s)
+        with self.writing() as lease:
+            while True:
+                if work is not None:
+                    seen = self.delta(work.table).transaction_version(work.app_id)
+                    if seen != work.seen:
+                        remaining = _first({t: rows for t, rows in work.replan(remaining).items() if len(rows)},
+                                           work.table)
+                        work.seen = seen
+                staged = [self.stage(t, [rows], lease) for t, rows in remaining.items()]
+                try:
+                    with self.lock():
+                        return {s.table: self.commit(s, work=work if work is not None and s.table == work.table
+                                                     else None)
+                                for s in staged if s.num_rows}
+                except Replan:  # raised by the first commit only, so nothing of the batch landed
+                    for s in staged:
+                        self._discard(s)
 
     # ---- versions and snapshots ----------------------------------------------------------------------------
     def version(self, table: str) -> int:
@@ -356,6 +432,7 @@ class Lake:
                 why = "was deleted; names are never reused" if old["deleted"] else "already exists"
                 raise LakeError(f"snapshot {name!r} {why} (snapshots are immutable)")
             versions = self.versions()
+            doctor.require_intact(self, versions)  # a pin must read back: refuse one over missing or broken files
             row = {"name": name, "versions": json.dumps(versions), "note": note, "deleted": False}
             if not self.added(SNAPSHOTS, [row]):  # a concurrent writer took the name after the check above
                 raise LakeError(f"snapshot {name!r} already exists (snapshots are immutable)")
@@ -384,10 +461,17 @@ class Lake:
                 return s
         raise LakeError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
 
-    def delete_snapshot(self, name: str) -> None:
-        """Tombstone a snapshot; its files are released to the next vacuum."""
+    def delete_snapshot(self, name: str, force: bool = False) -> None:
+        """Tombstone a snapshot; its files are released to the next vacuum. A snapshot some run records (it trained
+        or evaluated on it) is only deleted with `force`: the run could no longer be reproduced."""
         with self.lock():
             snap = self.get_snapshot(name)
+            runs = (self.read("runs").filter(pl.col("snapshot") == name).select("run_id").unique()
+                    .collect().get_column("run_id").sort().to_list())
+            if runs and not force:
+                raise LakeError(f"snapshot {name!r} is pinned by run {', '.join(runs[:3])}"
+                                f"{f' and {len(runs) - 3} more' if len(runs) > 3 else ''}: deleting it releases "
+                                "the data those runs read (pass --force to delete it anyway)")
             self.append(SNAPSHOTS, [{"name": name, "versions": json.dumps(snap.versions), "note": snap.note,
                                      "deleted": True}])
 
@@ -419,17 +503,26 @@ class Lake:
         return pl.scan_parquet(files, missing_columns="insert", extra_columns="ignore")
 
     def sql(self, query: str, snapshot: str | Snapshot | None = None,
-            params: dict[str, Any] | list[Any] | None = None) -> pa.Table:
+            params: dict[str, Any] | list[Any] | None = None, writes: bool = False) -> pa.Table:
         """Run DuckDB SQL with every table visible as a view at the snapshot's versions; `params` bind `$name` (a
-        dict) or `?` (a list) placeholders, so values never need quoting into the query."""
-        from spo_lake.lake.sql import connect, referenced_tables
+        dict) or `?` (a list) placeholders, so values never need quoting into the query. Only SELECT statements
+        run unless `writes` (COPY ... TO, CREATE, ATTACH, INSTALL/LOAD, SET write files or change the session)."""
+        from spo_lake.lake.sql import connect, referenced_tables, require_read_only
 
-        con = connect(self, snapshot, tables=referenced_tables(query))
+        if not writes:
+            require_read_only(query)
         try:
-            rel = con.sql(query, params=params)
-            return rel.to_arrow_table() if rel is not None else pa.table({})
-        finally:
-            con.close()
+            con = connect(self, snapshot, tables=referenced_tables(query))
+            try:
+                rel = con.sql(query, params=params)
+                return rel.to_arrow_table() if rel is not None else pa.table({})
+            finally:
+                con.close()
+        except (duckdb.IOException, duckdb.InvalidInputException) as exc:
+            if self.root not in str(exc):
+                raise
+            first = str(exc).splitlines()[0]  # not the view definition listing every file
+            raise LakeError(f"{first} (a damaged lake file: run `spolake doctor`)") from None
 
     def history(self, table: str) -> list[dict[str, Any]]:
         """`table`'s Delta commit history, newest first (version, timestamp, operation, metrics)."""
@@ -454,7 +547,7 @@ class Lake:
         Each commit removes exactly the files it rewrote, from the version it read, and carries the table's guard:
         delta-rs rejects it when another compaction (or keyed commit) landed after that version, and the loser
         re-plans from the new version. (delta-rs's own OPTIMIZE lets two concurrent runs both land, duplicating
-        every row.)
+        every row.) The new files are written under a write lease, so no vacuum deletes them before their commit.
         """
         return {t: self._compact(t) for t in tables or [*table_names(), SNAPSHOTS]}
 
@@ -475,20 +568,25 @@ class Lake:
                 rewrite.append(f)
                 total += f["size_bytes"]
             data = pa.concat_tables([c.conform(pq.read_table(unquote(f["path"]), filesystem=fs)) for f in rewrite])
-            adds = write_files(self.uri(table), [data], filesystem=fs, data_change=False)
-            now = int(time.time() * 1000)
-            removes = [RemoveAction(f["path"], False, now, f["size_bytes"]) for f in rewrite]
-            # delta-rs 1.6 does not reject a second removal of the same file (ConcurrentDeleteDelete), so the commit
-            # also carries the table's guard: any keyed commit or compaction since `dt`'s version rejects it.
-            guard = Transaction(_guard(table), (dt.transaction_version(_guard(table)) or 0) + 1)
-            try:
-                dt.create_write_transaction([*adds, *removes], mode="append", schema=dt.schema(),
-                                            commit_properties=CommitProperties(app_transactions=[guard]))
-            except CommitFailedError:  # another commit removed some of these files: re-plan from the new version
-                for a in adds:
-                    fs.delete_file(a.path)
-                time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
-                continue
+            with self.writing() as lease:  # one bin's write and commit (an object-store lease lasts an hour)
+                lease.staging(table)
+                adds = write_files(self.uri(table), [data], prefix=lease.prefix, filesystem=fs, data_change=False)
+                now = int(time.time() * 1000)
+                removes = [RemoveAction(f["path"], False, now, f["size_bytes"]) for f in rewrite]
+                # delta-rs 1.6 does not reject a second removal of the same file (ConcurrentDeleteDelete), so the
+                # commit also carries the table's guard: any keyed commit or compaction since `dt`'s version
+                # rejects it.
+                guard = Transaction(_guard(table), (dt.transaction_version(_guard(table)) or 0) + 1)
+                self._committing(lease, table, [a.path for a in adds])
+                try:
+                    dt.create_write_transaction([*adds, *removes], mode="append", schema=dt.schema(),
+                                                commit_properties=CommitProperties(app_transactions=[guard]))
+                except CommitFailedError:  # another commit removed some of these files: re-plan from the new version
+                    for a in adds:
+                        fs.delete_file(a.path)
+                    time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
+                    continue
+                lease.committed(table, [a.path for a in adds])
             written |= {a.path for a in adds}
             done["numFilesRemoved"] += len(removes)
             done["numFilesAdded"] += len(adds)
@@ -500,26 +598,31 @@ class Lake:
             return pafs.PyFileSystem(DeltaStorageHandler(self.uri(table), self.storage_options))
         return pafs.SubTreeFileSystem(self.uri(table), pafs.LocalFileSystem())
 
-    def vacuum(self, retention_hours: int = 0, dry_run: bool = False,
+    def vacuum(self, retention_hours: int = DEFAULT_RETENTION_HOURS, dry_run: bool = False,
                orphan_age_hours: int | None = 24) -> dict[str, list[str]]:
-        """Delete data files that neither the latest version nor any snapshot's pinned version references.
+        """Delete data files that neither a version newer than `retention_hours` nor any snapshot references.
 
-        Files removed (by compaction) longer than `retention_hours` ago go. Orphans — files of writers killed
-        before their commit — go once older than `orphan_age_hours` (None keeps them); an orphan younger than that
-        may belong to a commit still in flight, so do not set it near 0 while other processes write.
+        Files removed (by compaction) longer than `retention_hours` ago go, so a reader of any version younger than
+        that (a long query, an export, a pipeline) keeps its files; the default is Delta's 7 days. Orphans — files
+        of writers killed before their commit — go once older than `orphan_age_hours` (None keeps them). Files of
+        writes in flight are never deleted (see `inflight.py`), nor anything while a table's log cannot be read.
         """
         out = {}
-        with self.lock():  # no snapshot can be created between reading the pins and deleting
+        tables = [*table_names(), SNAPSHOTS]
+        with self.lock():  # no snapshot and no write lease can start between reading them and deleting
+            loaded = {t: self.delta(t) for t in tables}  # every log must load before a file is deleted
+            since, killed = inflight.live_since(self.store(), None if _is_uri(self.root) else self.root, tables,
+                                                clean=not dry_run)
             pinned = self.pinned_versions()
-            for t in [*table_names(), SNAPSHOTS]:
-                dt = self.delta(t)
+            for t, dt in loaded.items():
                 keep = sorted(pinned.get(t, set()) | {dt.version()})
                 common = dict(dry_run=dry_run, enforce_retention_duration=False, keep_versions=keep)
                 gone = set(dt.vacuum(retention_hours=int(retention_hours), full=False, **common))
                 if orphan_age_hours is not None:
-                    age = int(max(retention_hours, orphan_age_hours))
+                    age = max(int(retention_hours), int(orphan_age_hours),
+                              inflight.protected_hours(since, _is_uri(self.root)))
                     gone |= set(dt.vacuum(retention_hours=age, full=True, **common))
-                out[t] = sorted(gone)
+                out[t] = sorted(gone | {p.split("/", 1)[1] for p in killed if p.startswith(f"{t}/")})
         return out
 
 

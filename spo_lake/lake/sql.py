@@ -10,10 +10,20 @@ import duckdb
 
 from spo_lake.lake.contracts import contract, table_names
 from spo_lake.lake.core import Lake, Snapshot, _is_uri
+from spo_lake.lake.errors import LakeError
 
 
 def _quote(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
+
+
+def require_read_only(query: str) -> None:
+    """A LakeError unless every statement of `query` is a SELECT (DuckDB reports syntax errors itself)."""
+    for statement in duckdb.extract_statements(query):
+        if statement.type != duckdb.StatementType.SELECT:
+            kind = statement.type.name
+            raise LakeError(f"SQL is read-only: a {kind} statement ({' '.join(statement.query.split())[:60]!r}) "
+                            "writes or changes the session; only SELECT runs (`spolake sql --allow-writes` to run it)")
 
 
 def referenced_tables(query: str) -> list[str]:

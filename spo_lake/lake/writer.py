@@ -30,11 +30,11 @@ COMPRESSION = "snappy"  # delta-rs's default for appends too
 PARQUET_OPTIONS = {"compression": COMPRESSION, "row_group_size": ROW_GROUP_ROWS, "use_compliant_nested_type": False}
 
 
-def write_files(table_dir: str, chunks: Iterable[pa.Table], threads: int | None = None, *,
+def write_files(table_dir: str, chunks: Iterable[pa.Table], threads: int | None = None, *, prefix: str = "part",
                 filesystem: pafs.FileSystem | None = None, data_change: bool = True) -> list[AddAction]:
     """Write each chunk as Parquet file(s) of about TARGET_FILE_BYTES under `table_dir` (or at the root of
-    `filesystem`, e.g. an object-store table's); returns their Delta `add` actions (nothing is committed).
-    `data_change=False` marks a rewrite of rows already in the table (compaction).
+    `filesystem`, e.g. an object-store table's), named `prefix`-<uuid>; returns their Delta `add` actions (nothing
+    is committed). `data_change=False` marks a rewrite of rows already in the table (compaction).
 
     Files are written on a thread pool (pyarrow releases the GIL) while the caller's generator produces the next
     chunk, so per-row Python work upstream overlaps with encoding. At most 2 x threads files wait in memory.
@@ -44,7 +44,7 @@ def write_files(table_dir: str, chunks: Iterable[pa.Table], threads: int | None 
         pending: list[Future[AddAction]] = []
         for chunk in chunks:
             for part in _split(chunk):
-                pending.append(pool.submit(_write_file, table_dir, part, filesystem, data_change))
+                pending.append(pool.submit(_write_file, table_dir, part, prefix, filesystem, data_change))
             while len(running := [f for f in pending if not f.done()]) > 2 * threads:
                 wait(running, return_when=FIRST_COMPLETED)
         return [f.result() for f in pending]
@@ -56,9 +56,9 @@ def _split(chunk: pa.Table) -> list[pa.Table]:
     return [chunk.slice(start, step) for start in range(0, chunk.num_rows, step)]
 
 
-def _write_file(table_dir: str, chunk: pa.Table, filesystem: pafs.FileSystem | None = None,
+def _write_file(table_dir: str, chunk: pa.Table, prefix: str, filesystem: pafs.FileSystem | None = None,
                 data_change: bool = True) -> AddAction:
-    name = f"part-{uuid.uuid4()}-c000.{COMPRESSION}.parquet"
+    name = f"{prefix}-{uuid.uuid4()}-c000.{COMPRESSION}.parquet"
     path = name if filesystem else os.path.join(table_dir, name)
     scalars = [f.name for f in chunk.schema if not pa.types.is_list(f.type)]
     # Lists: no dictionary (log-probs are nearly all distinct; token ids are delta-encoded instead) and no min/max

@@ -120,18 +120,53 @@ def step_snapshot(ctx: Context, p: dict[str, Any]) -> str:
     return f"snapshot {name}: " + ", ".join(f"{t}@{v}" for t, v in snap.versions.items())
 
 
+MODEL_STEPS = {  # step -> (pipeline function, sandboxed)
+    "sample": ("spo_lake.pipelines.sample:sample", True),
+    "q0": ("spo_lake.pipelines.q0:q0", True),
+    "pts": ("spo_lake.pipelines.pts:pts", True),
+    "refprobs": ("spo_lake.pipelines.refprobs:refprobs", False),
+}
 STEPS: dict[str, Callable[[Context, dict[str, Any]], str]] = {
     "model_tiny": step_model_tiny,
     "prompts_add": step_prompts_add,
     "ingest": step_ingest,
     "evaluate": step_evaluate,
     "dedup": step_dedup,
-    "sample": _model_step("spo_lake.pipelines.sample:sample", sandboxed=True),
-    "q0": _model_step("spo_lake.pipelines.q0:q0", sandboxed=True),
-    "pts": _model_step("spo_lake.pipelines.pts:pts", sandboxed=True),
-    "refprobs": _model_step("spo_lake.pipelines.refprobs:refprobs", sandboxed=False),
+    **{name: _model_step(fn, sandboxed) for name, (fn, sandboxed) in MODEL_STEPS.items()},
     "snapshot": step_snapshot,
 }
+# Keys a step reads itself (beyond its function's keyword arguments), and the keys it cannot run without.
+_OWN_KEYS = {
+    "model_tiny": ({"out"}, {"out"}),
+    "prompts_add": ({"path", "dataset", "map", "n", "seed", "limit"}, set()),
+    "ingest": ({"path", "map", "source", "task", "model", "run_id", "tokenizer"}, {"path"}),
+    "evaluate": (set(SANDBOX_KEYS), set()),
+    "snapshot": ({"name", "note"}, {"name"}),
+    **{name: ({"model", *(SANDBOX_KEYS if sandboxed else ())}, {"model"})
+       for name, (_, sandboxed) in MODEL_STEPS.items()},
+}
+_FUNCTIONS = {"model_tiny": "spo_lake.models.tiny:build_tiny_model", "evaluate": "spo_lake.pipelines.evaluate:evaluate",
+              "dedup": "spo_lake.pipelines.dedup:dedup", **{n: fn for n, (fn, _) in MODEL_STEPS.items()}}
+_NOT_KEYS = {"lake", "model", "options", "show_progress", "out_dir", "overrides"}  # what the step itself passes
+
+
+def step_keys(run: str) -> tuple[set[str], set[str]]:
+    """(every key a `run` step accepts, the keys it requires)."""
+    import importlib
+    import inspect
+
+    own, required = _OWN_KEYS.get(run, (set(), set()))
+    accepted = set(own)
+    if run in _FUNCTIONS:
+        module, name = _FUNCTIONS[run].split(":")
+        accepted |= set(inspect.signature(getattr(importlib.import_module(module), name)).parameters) - _NOT_KEYS
+    if run == "model_tiny":  # build_tiny_model takes any TinyConfig field
+        from dataclasses import fields
+
+        from spo_lake.models.tiny import TinyConfig
+
+        accepted |= {f.name for f in fields(TinyConfig)}
+    return accepted, required
 
 
 @dataclass(frozen=True)
@@ -143,10 +178,17 @@ class Recipe:
 
 def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Recipe:
     path = Path(path)
+    text = path.read_text()
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: invalid TOML: {exc}") from None
+    for key in sorted(set(raw) - {"vars", "steps"}):
+        raise ValueError(f"{_at(path, text, key)}: unknown key {key!r} (a recipe has [vars] and [[steps]])")
+    if not isinstance(raw.get("vars", {}), dict):
+        raise ValueError(f"{_at(path, text, 'vars')}: 'vars' must be a table ([vars])")
+    if not isinstance(raw.get("steps", []), list) or not all(isinstance(s, dict) for s in raw.get("steps", [])):
+        raise ValueError(f"{_at(path, text, 'steps')}: 'steps' must be tables ([[steps]])")
     variables = dict(raw.get("vars", {}))
     for key, value in (overrides or {}).items():
         if key not in variables:
@@ -155,8 +197,28 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
     steps = raw.get("steps", [])
     for i, step in enumerate(steps):
         if step.get("run") not in STEPS:
-            raise ValueError(f"{path}: steps[{i}]: field 'run': {step.get('run')!r} is not one of {', '.join(STEPS)}")
+            raise ValueError(f"{_at(path, text, 'run', i)}: steps[{i}]: field 'run': {step.get('run')!r} is not one of "
+                             f"{', '.join(STEPS)}")
+        accepted, required = step_keys(step["run"])
+        for key in sorted(set(step) - accepted - {"run"}):
+            raise ValueError(f"{_at(path, text, key, i)}: steps[{i}] ({step['run']}): unknown key {key!r}; known: "
+                             f"{', '.join(sorted(accepted))}")
+        for key in sorted(required - set(step)):
+            raise ValueError(f"{_at(path, text, 'run', i)}: steps[{i}] ({step['run']}): missing key {key!r}")
+        if step["run"] == "prompts_add" and not {"path", "dataset"} & set(step):
+            raise ValueError(f"{_at(path, text, 'run', i)}: steps[{i}] (prompts_add): needs 'path' or 'dataset'")
     return Recipe(variables, [_substitute(s, variables) for s in steps], path)
+
+
+def _at(path: Path, text: str, key: str, step: int | None = None) -> str:
+    """`path:line N` where `key` is set (in the step-th [[steps]] table when given), or just `path`."""
+    lines = text.splitlines()
+    start = 0
+    if step is not None:
+        headers = [i for i, line in enumerate(lines) if re.match(r"\s*\[\[\s*steps\s*\]\]", line)]
+        start = headers[step] if step < len(headers) else 0
+    row = next((i for i in range(start, len(lines)) if re.match(rf"\s*\[*\s*{re.escape(key)}\b", lines[i])), None)
+    return f"{path}:line {row + 1}" if row is not None else str(path)
 
 
 def _substitute(value: Any, variables: dict[str, Any]) -> Any:

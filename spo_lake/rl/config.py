@@ -21,6 +21,7 @@ string), stream keys with `--set streams.<name>.<key>=value`.
 from __future__ import annotations
 
 import math
+import re
 import tomllib
 import typing
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -268,15 +269,31 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> TrainConfig:
     """Read a TOML config (or start from defaults), apply overrides, type-check and validate."""
     data: dict[str, Any] = {}
+    text = ""
     if path is not None:
         try:
-            data = tomllib.loads(Path(path).read_text())
+            text = Path(path).read_text()
+            data = tomllib.loads(text)
         except FileNotFoundError:
             raise ValueError(f"config file {path} not found") from None
         except tomllib.TOMLDecodeError as exc:
             raise ValueError(f"{path}: invalid TOML: {exc}") from None
     data = apply_overrides(data, overrides or [])
-    return validate(_from_mapping(TrainConfig, data, "config"))
+    try:
+        return validate(_from_mapping(TrainConfig, data, "config"))
+    except ValueError as exc:
+        raise ValueError(located_error(path, text, str(exc))) from None
+
+
+def located_error(path: str | Path | None, text: str, message: str) -> str:
+    """A config error as `file:line N: ...`, the line being where the key it names is set (when the file sets it)."""
+    if path is None:
+        return message
+    named = re.match(r"config[^:]*: (?:unknown key\(s\) \['([^']+)'|`?(\w+)`?)", message)
+    key = named and (named[1] or named[2])
+    lines = text.splitlines()
+    row = next((i for i, line in enumerate(lines) if key and re.match(rf"\s*\[*\s*{re.escape(key)}\b", line)), None)
+    return f"{path}{f':line {row + 1}' if row is not None else ''}: {message}"
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:

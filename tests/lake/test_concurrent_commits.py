@@ -100,7 +100,8 @@ def test_compaction_racing_ingest_and_vacuum_loses_nothing(lake_at, tmp_path):
         files.append(tmp_path / f"in{k}.jsonl")
         write_ingest_input(files[-1], 50, f"p{k}")
     ingest = ["ingest", "--task", "countdown", "--source", "policy"]
-    commands = [["compact"], ["compact"], ["vacuum", "--retention-hours", "0"], ["snapshot", "create", "during"],
+    commands = [["compact"], ["compact"], ["vacuum", "--retention-hours", "0", "--orphan-age-hours", "0"],
+                ["snapshot", "create", "during"],
                 *[[*ingest[:1], str(f), *ingest[1:]] for f in files]]
     results = run_all(root, extra, commands)
     assert [rc for rc, _ in results] == [0] * len(commands), results

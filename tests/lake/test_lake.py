@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -112,15 +114,30 @@ def test_compact_and_vacuum_keep_every_snapshot_and_deleting_one_releases_its_fi
     assert lake.sql(ALL).equals(expected["s3"])
 
 
-def test_vacuum_removes_orphans_of_killed_writers_only_once_old_enough(lake):
+KILLED_WRITER = """
+import os, sys
+from spo_lake.lake import Lake
+from tests.lake.rows import trajectory_rows
+staged = Lake.open(sys.argv[1]).stage("trajectories", [trajectory_rows(2, start=2)])
+print(staged.actions[0].path, flush=True)
+os._exit(0 if sys.argv[2] == "staging" else staged.lease.committing() or 0)
+"""
+
+
+@pytest.mark.parametrize("died", ["staging", "committing"])
+def test_vacuum_removes_files_of_a_writer_killed_before_its_commit(lake, died):
     lake.append("trajectories", trajectory_rows(2))
-    staged = lake.stage("trajectories", [trajectory_rows(2, start=2)])  # written, never committed: a killed writer
-    orphan = Path(lake.uri("trajectories")) / staged.actions[0].path
+    out = subprocess.run([sys.executable, "-c", KILLED_WRITER, lake.root, died], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).parents[2])
+    orphan = Path(lake.uri("trajectories")) / out.stdout.strip()
     assert orphan.exists() and lake.count("trajectories") == 2
-    assert lake.vacuum()["trajectories"] == []  # younger than the default 24 h: could be a commit in flight
-    assert lake.vacuum(orphan_age_hours=0)["trajectories"] == [staged.actions[0].path]
-    assert not orphan.exists()
-    assert lake.count("trajectories") == 2
+    if died == "staging":  # it never reached its commit: its files are garbage at once
+        assert lake.vacuum()["trajectories"] == [orphan.name]
+        assert not orphan.exists()
+    else:  # it may have committed: its files go by the orphan rule (older than retention and orphan age)
+        assert lake.vacuum()["trajectories"] == []
+        assert lake.vacuum(retention_hours=0, orphan_age_hours=0)["trajectories"] == [orphan.name]
+    assert lake.count("trajectories") == 2 and not list(Path(lake.root, "_writers").iterdir())
 
 
 def test_staged_rows_are_invisible_until_committed(lake):
