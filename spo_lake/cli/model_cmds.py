@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 import typer
 
 from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, open_lake, show_report, user_errors
-from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
+from spo_lake.cli.pipeline_cmds import EXECUTOR_HELP, RAY_ADDRESS_HELP, SANDBOX_HELP, sandbox_options
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
 
@@ -72,6 +72,8 @@ def register(app: typer.Typer) -> None:
                timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
                memory_mb: int = typer.Option(512, help="address-space limit"),
                sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+               executor: str = typer.Option("local", help=EXECUTOR_HELP),
+               ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
                format: OutputFormat = FORMAT_OPTION) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
@@ -83,7 +85,7 @@ def register(app: typer.Typer) -> None:
         report = run(open_lake(), load_model(model, device), where=where, n=n, temperature=temperature, top_p=top_p,
                      max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
                      temperature_range=temperature_range, evaluate=evaluate, options=options, workers=workers,
-                     batch=batch)
+                     batch=batch, executor=executor, ray_address=ray_address)
         show_report(report, format)
 
     @app.command()
@@ -100,13 +102,16 @@ def register(app: typer.Typer) -> None:
            timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
            memory_mb: int = typer.Option(512, help="address-space limit"),
            sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+           executor: str = typer.Option("local", help=EXECUTOR_HELP),
+           ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
            format: OutputFormat = FORMAT_OPTION) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
         from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
 
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         report = run(open_lake(), load_model(model, device), k=k, where=where, beta=PAPER_BETA if beta is None else beta,
-                     seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers)
+                     seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers,
+                     executor=executor, ray_address=ray_address)
         show_report(report, format)
 
     @app.command()

@@ -114,8 +114,8 @@ class RayExecutor:
         except ImportError:
             raise ValueError("the ray executor needs Ray: pip install 'spo-lake[ray]'") from None
         self.started = not ray.is_initialized()  # a caller's own instance (a test's, a notebook's) is left running
-        if self.started:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        if self.started:  # "local" starts a fresh instance rather than joining whatever cluster runs here
+            ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
         self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.model, self.actors = model, []
 
@@ -167,7 +167,7 @@ def open_executor(kind: str, model: PolicyBackend | None = None, workers: int | 
     if kind not in EXECUTORS:
         raise ValueError(f"executor {kind!r}: one of {', '.join(EXECUTORS)}")
     if address and kind != "ray":
-        raise ValueError("a Ray address needs the ray executor (--executor ray)")
+        raise ValueError("a Ray address needs the ray executor")
     executor = LocalExecutor(model, workers) if kind == "local" else RayExecutor(model, workers, address)
     try:
         yield executor
