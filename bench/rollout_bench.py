@@ -5,6 +5,8 @@ settings: `local` samples in this process (torch on every core) and judges in th
 (one CPU each, each loading the model) on a local Ray instance started once before the rounds. A Ray round includes
 its actors' start-up (each run of the pipeline starts its own); the instance's start is printed apart. Rounds
 alternate and the best of each side counts, so machine load hits both alike. The two runs' rows are also compared.
+The same pair is timed without judging (sampling alone), to tell the engines' sampling from the overlap of sampling
+and judging that the actors add.
 
     .venv/bin/python bench/rollout_bench.py [--model DIR] [--prompts 64] [--n 4] [--max-new 32] [--rounds 2]
 
@@ -26,12 +28,13 @@ from spo_lake.models.backend import TransformersPolicy
 from spo_lake.pipelines.sample import sample
 
 
-def run(kind: str, policy: TransformersPolicy, root: Path, args: argparse.Namespace) -> tuple[float, Lake, int]:
-    """(seconds, lake, tokens) of one `sample --evaluate` run with executor `kind` on a fresh lake."""
+def run(kind: str, judge: bool, policy: TransformersPolicy, root: Path, args: argparse.Namespace
+        ) -> tuple[float, Lake, int]:
+    """(seconds, lake, tokens) of one `sample [--evaluate]` run with executor `kind` on a fresh lake."""
     lake = Lake.init(Path(tempfile.mkdtemp(dir=root)) / "lake")
     ingest_dataset(lake, "countdown", None, n=args.prompts, seed=0)
     started = time.perf_counter()
-    report = sample(lake, policy, n=args.n, max_new_tokens=args.max_new, batch=args.batch, seed=1, evaluate=True,
+    report = sample(lake, policy, n=args.n, max_new_tokens=args.max_new, batch=args.batch, seed=1, evaluate=judge,
                     executor=kind, workers=2 if kind == "ray" else None, show_progress=False)
     return time.perf_counter() - started, lake, report.tokens
 
@@ -62,20 +65,25 @@ def main() -> None:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     print(f"ray instance (2 CPUs) started in {time.perf_counter() - started:.1f} s")
     rollouts = args.prompts * args.n
-    best = {"local": float("inf"), "ray": float("inf")}
+    sides = [(kind, judge) for judge in (True, False) for kind in ("local", "ray")]
+    best = {side: float("inf") for side in sides}
     tokens, last = {}, {}
     with tempfile.TemporaryDirectory() as root:
         try:
             for _ in range(args.rounds):
-                for kind in ("local", "ray"):
-                    seconds, lake, tokens[kind] = run(kind, policy, Path(root), args)
-                    best[kind], last[kind] = min(best[kind], seconds), rows(lake)
+                for side in sides:
+                    seconds, lake, tokens[side] = run(*side, policy, Path(root), args)
+                    best[side] = min(best[side], seconds)
+                    if side[1]:
+                        last[side[0]] = rows(lake)
         finally:
             ray.shutdown()
-    for kind in ("local", "ray"):
-        print(f"{kind:5}: {rollouts / best[kind]:7.1f} rollouts/s, {tokens[kind] / best[kind]:7.0f} tokens/s "
-              f"({rollouts} sampled and judged in {best[kind]:.2f} s)")
-    print(f"ratio ray(2 workers)/local: {best['local'] / best['ray']:.2f}x")
+    for judge, what in ((True, "sampled and judged"), (False, "sampled (no judging)")):
+        for kind in ("local", "ray"):
+            seconds = best[kind, judge]
+            print(f"{kind:5}: {rollouts / seconds:7.1f} rollouts/s, {tokens[kind, judge] / seconds:7.0f} tokens/s "
+                  f"({rollouts} {what} in {seconds:.2f} s)")
+        print(f"ratio ray(2 workers)/local, {what}: {best['local', judge] / best['ray', judge]:.2f}x")
     print(f"same rows (prompt, sample index, token ids, verdict): {last['local'] == last['ray']}")
 
 

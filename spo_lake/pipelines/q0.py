@@ -88,7 +88,7 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
     report = Q0Report(prompts=len(problems), reused=sum(n for n, _ in have.values()), beta=beta)
     settings = SampleSettings("reference", 1.0, 1.0, max_new_tokens, None, seed)
     config = {"model_id": model.model_id, "k": k, "where": where, "beta": beta, "seed": seed,
-              "max_new_tokens": max_new_tokens}
+              "max_new_tokens": max_new_tokens, "executor": executor}
     with open_executor(executor, model, workers, ray_address) as running, recorded_run(lake, "q0", config) as run:
         report.run_id = run.run_id
         with BufferedAppender(lake, flush_rows=flush_rows) as out:

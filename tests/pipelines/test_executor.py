@@ -1,5 +1,6 @@
 """The Ray executor against the local one, row for row: on a local 2-CPU Ray instance (started here, shut down after),
-`sample --evaluate`, `evaluate` and `q0` land the same trajectories, verdicts and counts as in this process."""
+`sample --evaluate`, `evaluate` and `q0` (from a recipe) land the same trajectories, verdicts and counts as in this
+process."""
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.pipelines.evaluate import evaluate
 from spo_lake.pipelines.q0 import q0
+from spo_lake.pipelines.recipe import load_recipe, run_recipe
 from spo_lake.pipelines.sample import sample
 from tests.helpers import add_responses
 
@@ -91,14 +93,29 @@ def test_ray_samples_and_judges_the_same_rows_as_local(ray_instance, policy, tmp
         assert judged["local"] == judged["ray"] and sorted(v["passed"] for v in judged["ray"]) == passed
 
 
-def test_q0_on_ray_counts_what_local_counts(ray_instance, policy, tmp_path):
-    counts = {}
-    for kind in ("local", "ray"):
-        lake = countdown_lake(tmp_path / kind)
-        report = q0(lake, policy, k=4, max_new_tokens=SHORT, batch=5, executor=kind, show_progress=False)
-        assert report.sampled == 24
-        counts[kind] = lake.sql('SELECT prompt_id, n, n_success FROM "values" ORDER BY ALL').to_pylist()
-    assert counts["local"] == counts["ray"] and len(counts["ray"]) == 6
+def test_q0_on_ray_from_a_recipe_counts_what_local_counts(ray_instance, policy, tiny_model_dir, tmp_path):
+    local = countdown_lake(tmp_path / "local")
+    assert q0(local, policy, k=4, max_new_tokens=SHORT, batch=5, show_progress=False).sampled == 24
+    on_ray = countdown_lake(tmp_path / "ray")
+    recipe = tmp_path / "q0.toml"
+    recipe.write_text(f"""
+[vars]
+executor = "ray"
+[[steps]]
+run = "q0"
+model = "{tiny_model_dir}"
+k = 4
+max_new_tokens = {SHORT}
+batch = 5
+executor = "{{executor}}"
+""")
+    (done,) = run_recipe(load_recipe(recipe), on_ray, show_progress=False, log=lambda _: None)
+    assert "sampled 24" in done["summary"]
+    counts = [lake.sql('SELECT prompt_id, n, n_success FROM "values" ORDER BY ALL').to_pylist()
+              for lake in (local, on_ray)]
+    assert counts[0] == counts[1] and len(counts[1]) == 6
+    config = json.loads(on_ray.sql("SELECT config FROM runs WHERE kind = 'q0'").to_pylist()[0]["config"])
+    assert config["executor"] == "ray"
 
 
 def test_cli_runs_on_its_own_ray_instance_and_rejects_a_bad_executor(tiny_model_dir, tmp_path):
