@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from spo_lake.models.backend import PolicyBackend, SampleResult
@@ -52,8 +53,9 @@ class PolicySpec:
     @classmethod
     def of(cls, model: PolicyBackend) -> "PolicySpec":
         backend, dtype = model.precision
-        return cls(model.model_id, backend, dtype, str(getattr(model, "device", "cpu")),
-                   getattr(model, "batch_size", None))
+        local = Path(model.model_id)  # a worker need not share this process's working directory
+        return cls(str(local.resolve()) if local.exists() else model.model_id, backend, dtype,
+                   str(getattr(model, "device", "cpu")), getattr(model, "batch_size", None))
 
     def load(self) -> PolicyBackend:
         if self.backend == "transformers":
