@@ -7,7 +7,7 @@ from typing import Optional, Tuple
 import typer
 
 from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, open_lake, show_report, user_errors
-from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
+from spo_lake.cli.pipeline_cmds import EXECUTOR_HELP, RAY_ADDRESS_HELP, SANDBOX_HELP, sandbox_options
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
 
@@ -86,6 +86,8 @@ def register(app: typer.Typer) -> None:
                memory_mb: int = typer.Option(512, help="address-space limit"),
                sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
                model_id: Optional[str] = MODEL_ID_OPTION,
+               executor: str = typer.Option("local", help=EXECUTOR_HELP),
+               ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
                format: OutputFormat = FORMAT_OPTION) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
@@ -98,7 +100,7 @@ def register(app: typer.Typer) -> None:
         report = run(open_lake(), policy, where=where, n=n, temperature=temperature, top_p=top_p,
                      max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
                      temperature_range=temperature_range, evaluate=evaluate, options=options, workers=workers,
-                     batch=batch)
+                     batch=batch, executor=executor, ray_address=ray_address)
         show_report(report, format)
 
     @app.command()
@@ -116,6 +118,8 @@ def register(app: typer.Typer) -> None:
            memory_mb: int = typer.Option(512, help="address-space limit"),
            sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
            model_id: Optional[str] = MODEL_ID_OPTION,
+           executor: str = typer.Option("local", help=EXECUTOR_HELP),
+           ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
            format: OutputFormat = FORMAT_OPTION) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
         from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
@@ -123,7 +127,8 @@ def register(app: typer.Typer) -> None:
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         policy = load_model(model, device, model_id=model_id)
         report = run(open_lake(), policy, k=k, where=where, beta=PAPER_BETA if beta is None else beta,
-                     seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers)
+                     seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers,
+                     executor=executor, ray_address=ray_address)
         show_report(report, format)
 
     @app.command()

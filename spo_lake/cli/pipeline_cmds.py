@@ -11,6 +11,8 @@ from spo_lake.cli.lake_cmds import show_table, write_arrow
 report_app = typer.Typer(help="Reports over the lake.")
 
 SANDBOX_HELP = "bwrap (default) or none — none runs generated code UNSANDBOXED on this machine; never on untrusted data"
+EXECUTOR_HELP = "local (this process) or ray (Ray workers; same rows as local)"
+RAY_ADDRESS_HELP = "the Ray cluster for --executor ray, e.g. ray://head:10001 or auto (default: a new local instance)"
 
 
 def sandbox_options(timeout_s: float, memory_mb: int, sandbox: str):
@@ -31,11 +33,14 @@ def register(app: typer.Typer) -> None:
                  timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
                  memory_mb: int = typer.Option(512, help="address-space limit"),
                  sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+                 executor: str = typer.Option("local", help=EXECUTOR_HELP),
+                 ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
                  format: OutputFormat = FORMAT_OPTION) -> None:
         """Judge every trajectory its task's verifier has not judged yet (incremental, resumable)."""
         from spo_lake.pipelines.evaluate import evaluate as run
 
-        report = run(open_lake(), where=where, options=sandbox_options(timeout_s, memory_mb, sandbox), workers=workers)
+        report = run(open_lake(), where=where, options=sandbox_options(timeout_s, memory_mb, sandbox), workers=workers,
+                     executor=executor, ray_address=ray_address)
         show_report(report, format)
 
     @app.command()

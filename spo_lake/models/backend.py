@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
@@ -65,6 +65,9 @@ class PolicyBackend(Protocol):
         self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]], batch_size: int = 16
     ) -> list[list[float]]:
         """Per-response-token log-probs under the model (teacher forcing), one list per response."""
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Replace the weights by a transformers state_dict of the same model (a trainer's new policy version)."""
 
 
 def _prompt_text(tokenizer, prompt: str) -> tuple[str, bool]:
@@ -142,6 +145,9 @@ class TransformersPolicy:
 
     def tokenize_response(self, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
         return tokenize_response(self.tokenizer, prompt, response, add_eos)
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(state_dict)
 
     # ------------------------------------------------------------------------------------- sampling
 

@@ -1,55 +1,82 @@
-"""The PolicyBackend interface on vLLM, for GPU machines where `vllm` is installed.
+"""The PolicyBackend interface on vLLM: on a GPU (`pip install vllm`) or on CPU with vLLM's CPU build
+(`scripts/setup-vllm-cpu.sh`, a separate venv).
 
-Thin on purpose: vLLM does the batching, the KV cache and the sampling; this class only maps our
-interface onto `vllm.LLM`. It cannot run on the CPU-only machines this project is developed and tested
-on, so it is untested here (the tests cover only `vllm_available()` and the clear error); `TransformersPolicy` is the reference implementation and the two must agree
-(sampled-from log-probs after temperature/top-p; token_ids include EOS or the stop-completing token).
+Thin on purpose: vLLM does the batching, the KV cache and the sampling; this class only maps our interface onto
+`vllm.LLM`. `TransformersPolicy` is the reference implementation and the two must agree (sampled-from log-probs after
+temperature/top-p; token ids include EOS or the stop-completing token); tests/models/test_vllm_backend.py checks
+that on the CPU build (opt-in: SPOLAKE_TEST_VLLM=1).
 
 Notes on the mapping:
 - `logprobs_mode="processed_logprobs"` makes vLLM report the log-probs of the distribution it sampled
   from (after temperature and top-p), as our interface requires; vLLM's default reports raw ones.
 - `score` uses `prompt_logprobs=0` on prompt+response: vLLM returns the log-prob of every prompt token.
+- The engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so `load_weights` can replace the weights in
+  place (a trainer's new policy versions) and no engine process re-imports the caller's main module. On CPU, vLLM
+  then also pins this process's OpenMP threads and keeps torch at one thread.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import os
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from spo_lake.models.backend import SampleResult, encode_prompt, tokenize_response
 
+if TYPE_CHECKING:
+    import torch
+
+
+def vllm_device() -> str | None:
+    """The device vLLM runs on here ('cuda', 'cpu', ...); None without vllm, or with a build that has no device here
+    (the CUDA build on a machine without a GPU)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return None
+    return None if current_platform.is_unspecified() else current_platform.device_type
+
 
 def vllm_available() -> bool:
-    """True when vllm imports and a CUDA GPU is present."""
-    try:
-        import torch
-        import vllm  # noqa: F401
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+    """True when vLLM runs on a GPU here, where backend 'auto' picks it. (On CPU the transformers backend stays the
+    default: it is the reference, and starts in seconds where vLLM takes a minute.)"""
+    return vllm_device() == "cuda"
 
 
 class VLLMPolicy:
-    def __init__(self, llm, model_id: str):
+    def __init__(self, llm, model_id: str, device: str):
         self.llm = llm
         self.tokenizer = llm.get_tokenizer()
         self.model_id = model_id
+        self.device = device
         self.precision = ("vllm", str(llm.llm_engine.model_config.dtype).removeprefix("torch."))
 
     @classmethod
     def from_pretrained(
         cls, path_or_name: str, dtype: str = "auto", gpu_memory_utilization: float = 0.85, seed: int = 0,
-        model_id: str | None = None,
+        model_id: str | None = None, cpu_kv_cache_gib: float = 1.0, enforce_eager: bool = False,
     ) -> "VLLMPolicy":
-        if not vllm_available():
-            raise RuntimeError("the vLLM backend needs `pip install vllm` and a CUDA GPU; use the transformers backend")
+        """`gpu_memory_utilization` on a GPU; on CPU a KV cache of `cpu_kv_cache_gib` (vLLM would otherwise reserve
+        that fraction of the machine's memory). `enforce_eager` skips torch.compile: a faster start, slower steps."""
+        device = vllm_device()
+        if device is None:
+            raise RuntimeError("the vLLM backend needs vllm and a GPU, or vLLM's CPU build "
+                               "(scripts/setup-vllm-cpu.sh); use the transformers backend")
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # see the module doc
         from vllm import LLM
 
         from spo_lake.models.identity import model_identity, resolve_model
 
-        llm = LLM(
-            model=resolve_model(path_or_name), dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, seed=seed,
-            logprobs_mode="processed_logprobs",
-        )
-        return cls(llm, model_id=model_id or model_identity(path_or_name))
+        memory = ({"kv_cache_memory_bytes": int(cpu_kv_cache_gib * 2**30)} if device == "cpu"
+                  else {"gpu_memory_utilization": gpu_memory_utilization})
+        llm = LLM(model=resolve_model(path_or_name), dtype=dtype, seed=seed, logprobs_mode="processed_logprobs",
+                  enforce_eager=enforce_eager, **memory)
+        return cls(llm, model_id=model_id or model_identity(path_or_name), device=device)
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Replace the model's weights (named as in the transformers model's state_dict) and drop the KV cache of
+        prompts computed with the old ones."""
+        # vLLM's own in-place reload: its kernels may keep weights repacked, which a plain model.load_weights misses
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
+        self.llm.reset_prefix_cache()
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return encode_prompt(self.tokenizer, prompt)

@@ -12,7 +12,7 @@ from typing import Any
 
 from spo_lake.lake import Lake
 from spo_lake.pipelines.common import BufferedAppender, TRAJECTORY_WITH_PROMPT, progress_bar, where_clause
-from spo_lake.pipelines.judge import judge_many
+from spo_lake.pipelines.executor import open_executor
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
 
 
@@ -79,10 +79,15 @@ def pending(lake: Lake, where: str | None = None) -> tuple[list[tuple[str, str, 
 
 
 def evaluate(lake: Lake, *, where: str | None = None, options: SandboxOptions = SandboxOptions(),
-             workers: int | None = None, flush_rows: int = 500, show_progress: bool = True) -> EvaluateReport:
+             workers: int | None = None, flush_rows: int = 500, show_progress: bool = True, executor: str = "local",
+             ray_address: str | None = None) -> EvaluateReport:
+    """Judge every pending trajectory (`where` is SQL over trajectories t joined with prompts p); `executor` 'ray'
+    judges in Ray tasks, with the same verdicts as 'local'. Prompts that cannot be judged are counted, by reason."""
     todo, already, skipped = pending(lake, where)
     passed = 0
-    with BufferedAppender(lake, flush_rows=flush_rows) as out, progress_bar("pass_rate", disable=not show_progress) as bar:
+    with (open_executor(executor, None, workers, ray_address) as running,
+          BufferedAppender(lake, flush_rows=flush_rows) as out,
+          progress_bar("pass_rate", disable=not show_progress) as bar):
         task_id = bar.add_task("evaluate", total=len(todo), pass_rate="-")
         finished = 0
 
@@ -93,5 +98,5 @@ def evaluate(lake: Lake, *, where: str | None = None, options: SandboxOptions = 
             finished += len(verdicts)
             bar.update(task_id, advance=len(verdicts), pass_rate=f"{passed / finished:.1%}")
 
-        judge_many([(p, resp) for _, _, p, resp in todo], options, workers, on_done)
+        running.judge([(p, resp) for _, _, p, resp in todo], options, on_done)
     return EvaluateReport(evaluated=len(todo), passed=passed, already_done=already, skipped=dict(skipped))

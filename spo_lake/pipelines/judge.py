@@ -24,13 +24,7 @@ def judge_many(items: Sequence[tuple[Problem, str]], options: SandboxOptions, wo
     buffered commits).
     """
     workers = workers or os.cpu_count() or 1
-    by_task: dict[str, list[int]] = defaultdict(list)
-    for i, (problem, _) in enumerate(items):
-        by_task[problem.task].append(i)
-    jobs: list[list[int]] = []
-    for name, idx in by_task.items():
-        size = CHUNK if hasattr(get_task(name), "verify_many") else 1
-        jobs += [idx[k:k + size] for k in range(0, len(idx), size)]
+    jobs = task_chunks(items, lambda task: CHUNK if hasattr(get_task(task), "verify_many") else 1)
 
     def run(job: list[int]) -> list[Verdict]:
         task = get_task(items[job[0]][0].task)
@@ -53,6 +47,14 @@ def judge_many(items: Sequence[tuple[Problem, str]], options: SandboxOptions, wo
             if on_done:
                 on_done(job, verdicts)
     return [v for v in out if v is not None]
+
+
+def task_chunks(items: Sequence[tuple[Problem, str]], size: Callable[[str], int]) -> list[list[int]]:
+    """Indices of `items` grouped by task, in chunks of at most size(task)."""
+    by_task: dict[str, list[int]] = defaultdict(list)
+    for i, (problem, _) in enumerate(items):
+        by_task[problem.task].append(i)
+    return [idx[k:k + size(name)] for name, idx in by_task.items() for k in range(0, len(idx), size(name))]
 
 
 def judge_one(task, problem: Problem, response: str, options: SandboxOptions) -> Verdict:

@@ -14,6 +14,7 @@ from typing import Any
 from spo_lake.lake import Lake
 from spo_lake.models.backend import PolicyBackend
 from spo_lake.pipelines.common import BufferedAppender, sample_quota
+from spo_lake.pipelines.executor import open_executor
 from spo_lake.pipelines.sample import (
     Request, SampleReport, SampleSettings, draw, recorded_run, select_prompts, sql_literal,
 )
@@ -73,9 +74,10 @@ def latest_prompt_values(lake: Lake, model_id: str) -> list[dict[str, Any]]:
 
 def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = None, beta: float = PAPER_BETA,
        seed: int = 0, batch: int = 64, max_new_tokens: int = 256, options: SandboxOptions = SandboxOptions(),
-       workers: int | None = None, flush_rows: int = 2000, show_progress: bool = True) -> Q0Report:
+       workers: int | None = None, flush_rows: int = 2000, show_progress: bool = True, executor: str = "local",
+       ray_address: str | None = None) -> Q0Report:
     """Bring every selected prompt (`where` is SQL over prompts p) to at least k evaluated π0 samples and record
-    the counts."""
+    the counts. `executor` 'ray' samples and judges on Ray workers, with the same rows as 'local'."""
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
     q0_from_counts(1, 0, beta)  # rejects a bad β before any sampling
@@ -93,13 +95,13 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
     report = Q0Report(prompts=len(problems), reused=sum(n for n, _ in have.values()), beta=beta)
     settings = SampleSettings("reference", 1.0, 1.0, max_new_tokens, None, seed)
     config = {"model_id": model.model_id, "k": k, "where": where, "beta": beta, "seed": seed,
-              "max_new_tokens": max_new_tokens}
-    with recorded_run(lake, "q0", config) as run:
+              "max_new_tokens": max_new_tokens, "executor": executor}
+    with open_executor(executor, model, workers, ray_address) as running, recorded_run(lake, "q0", config) as run:
         report.run_id = run.run_id
         with BufferedAppender(lake, flush_rows=flush_rows, work=work) as out:
             sampled = SampleReport()
-            draw(model, requests, settings, out, run_id=run.run_id, report=sampled, evaluate=options,
-                 workers=workers, batch=batch, show_progress=show_progress, label="q0")
+            draw(model, requests, settings, out, run_id=run.run_id, report=sampled, executor=running,
+                 evaluate=options, batch=batch, show_progress=show_progress, label="q0")
         report.sampled = sampled.sampled
         counts = success_counts(lake, model.model_id, problems)
         recorded = {r["prompt_id"]: (r["n"], r["n_success"]) for r in latest_prompt_values(lake, model.model_id)}

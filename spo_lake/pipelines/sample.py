@@ -26,7 +26,7 @@ from spo_lake.lake.contracts import to_json_text
 from spo_lake.models.backend import PolicyBackend
 from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar, sample_quota, where_clause
 from spo_lake.pipelines.evaluate import evaluation_row
-from spo_lake.pipelines.judge import judge_many
+from spo_lake.pipelines.executor import Call, LocalExecutor, RayExecutor, open_executor
 from spo_lake.tasks import Problem, SandboxOptions, get_task
 from spo_lake.tasks.normalize import response_hash
 
@@ -179,39 +179,40 @@ def existing_counts(lake: Lake, model_id: str, settings: SampleSettings) -> dict
 
 
 def draw(model: PolicyBackend, requests: Sequence[Request], settings: SampleSettings, out: BufferedAppender, *,
-         run_id: str, report: SampleReport, evaluate: SandboxOptions | None = None, workers: int | None = None,
-         batch: int = 64, show_progress: bool = True, label: str = "sample") -> None:
-    """Sample every request (batched per temperature) and add trajectories (and, with `evaluate`, their
-    evaluations, added first) to `out`; counts go into `report`. `label` names the progress bar and separates the
+         run_id: str, report: SampleReport, executor: LocalExecutor | RayExecutor,
+         evaluate: SandboxOptions | None = None, batch: int = 64, show_progress: bool = True,
+         label: str = "sample") -> None:
+    """Sample every request (batched per temperature) on `executor` and add trajectories (and, with `evaluate`,
+    their evaluations, added first) to `out`; counts go into `report`. `label` names the progress bar and separates the
     random streams of different pipelines (q0 and sample never replay each other's draws)."""
     by_temperature: dict[float, list[Request]] = defaultdict(list)
     for r in requests:
         by_temperature[r.temperature].append(r)
+    chunks = [group[start:start + batch] for group in by_temperature.values() for start in range(0, len(group), batch)]
+    # A call's seed is a function of its own settings and first request, whichever worker runs it.
+    calls = [Call([render_prompt(r.problem, settings.template) for r in chunk], [r.problem for r in chunk],
+                  chunk[0].temperature, settings.top_p, settings.max_new_tokens,
+                  derive_seed(settings.seed, label, settings.source, settings.template, chunk[0].temperature,
+                              settings.top_p, chunk[0].problem.prompt_id, chunk[0].index))
+             for chunk in chunks]
     tok_id = tokenizer_id(model)
     started = time.perf_counter()
     with progress_bar("tokens_per_s", disable=not show_progress) as bar:
         task_id = bar.add_task(label, total=len(requests), tokens_per_s="-")
-        for temperature, group in by_temperature.items():
-            for start in range(0, len(group), batch):
-                chunk = group[start:start + batch]
-                call_seed = derive_seed(settings.seed, label, settings.source, settings.template, temperature,
-                                        settings.top_p, chunk[0].problem.prompt_id, chunk[0].index)
-                results = model.sample([render_prompt(r.problem, settings.template) for r in chunk], n=1,
-                                       temperature=temperature, top_p=settings.top_p,
-                                       max_new_tokens=settings.max_new_tokens, seed=call_seed)
-                rows = [_trajectory_row(model.model_id, tok_id, run_id, settings, r, res, call_seed)
-                        for r, res in zip(chunk, results)]
-                if evaluate is not None:
-                    verdicts = judge_many([(r.problem, res.text) for r, res in zip(chunk, results)], evaluate, workers)
-                    out.add("evaluations", [evaluation_row(row["trajectory_id"], _verifier(r.problem), v)
-                                            for row, r, v in zip(rows, chunk, verdicts)])
-                    report.evaluated += len(verdicts)
-                    report.passed += sum(v.passed for v in verdicts)
-                out.add("trajectories", rows)
-                report.sampled += len(rows)
-                report.tokens += sum(len(res.token_ids) for res in results)
-                report.seconds = time.perf_counter() - started
-                bar.update(task_id, advance=len(chunk), tokens_per_s=f"{report.tokens / report.seconds:.0f}")
+        for index, results, verdicts in executor.rollouts(calls, evaluate):
+            chunk, call_seed = chunks[index], calls[index].seed
+            rows = [_trajectory_row(model.model_id, tok_id, run_id, settings, r, res, call_seed)
+                    for r, res in zip(chunk, results)]
+            if verdicts is not None:
+                out.add("evaluations", [evaluation_row(row["trajectory_id"], _verifier(r.problem), v)
+                                        for row, r, v in zip(rows, chunk, verdicts)])
+                report.evaluated += len(verdicts)
+                report.passed += sum(v.passed for v in verdicts)
+            out.add("trajectories", rows)
+            report.sampled += len(rows)
+            report.tokens += sum(len(res.token_ids) for res in results)
+            report.seconds = time.perf_counter() - started
+            bar.update(task_id, advance=len(chunk), tokens_per_s=f"{report.tokens / report.seconds:.0f}")
 
 
 def _verifier(problem: Problem) -> str:
@@ -237,8 +238,10 @@ def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int
            top_p: float = 1.0, max_new_tokens: int = 256, source: str = "reference", template: str | None = None,
            seed: int = 0, temperature_range: tuple[float, float] | None = None, evaluate: bool = False,
            options: SandboxOptions = SandboxOptions(), workers: int | None = None, batch: int = 64,
-           flush_rows: int = 1000, show_progress: bool = True) -> SampleReport:
-    """Sample n responses per selected prompt (`where` is SQL over prompts p), skipping what is already there."""
+           flush_rows: int = 1000, show_progress: bool = True, executor: str = "local",
+           ray_address: str | None = None) -> SampleReport:
+    """Sample n responses per selected prompt (`where` is SQL over prompts p), skipping what is already there.
+    `executor` 'ray' samples and judges on Ray workers (`workers` of them), with the same rows as 'local'."""
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     settings = SampleSettings(source, temperature, top_p, max_new_tokens, template, seed, temperature_range)
@@ -260,11 +263,13 @@ def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int
         requests += [Request(p, i, t) for i in range(done, n)]
     config = {"model_id": model.model_id, "where": where, "n": n, "temperature": temperature, "top_p": top_p,
               "max_new_tokens": max_new_tokens, "source": source, "template": template, "seed": seed,
-              "temperature_range": list(temperature_range) if temperature_range else None, "evaluate": evaluate}
-    with recorded_run(lake, "sample", config) as run, BufferedAppender(lake, flush_rows=flush_rows, work=work) as out:
+              "temperature_range": list(temperature_range) if temperature_range else None, "evaluate": evaluate,
+              "executor": executor}
+    with (open_executor(executor, model, workers, ray_address) as running, recorded_run(lake, "sample", config) as run,
+          BufferedAppender(lake, flush_rows=flush_rows, work=work) as out):
         report.run_id = run.run_id
-        draw(model, requests, settings, out, run_id=run.run_id, report=report,
-             evaluate=options if evaluate else None, workers=workers, batch=batch, show_progress=show_progress)
+        draw(model, requests, settings, out, run_id=run.run_id, report=report, executor=running,
+             evaluate=options if evaluate else None, batch=batch, show_progress=show_progress)
         out.flush()
         run.metrics.update(sampled=report.sampled, tokens=report.tokens, seconds=round(report.seconds, 3),
                            evaluated=report.evaluated, passed=report.passed)

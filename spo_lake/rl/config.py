@@ -91,6 +91,7 @@ class TrainConfig:
     sandbox_timeout_s: float = 5.0
     sandbox_memory_mb: int = 512
     judge_workers: int = 2
+    rollout_backend: str = "transformers"  # what samples the online rollouts: transformers | vllm
     # PPO (paper §3.1.4)
     value_lr: float = 1e-5
     gamma: float = 1.0
@@ -164,6 +165,8 @@ def validate(c: TrainConfig) -> TrainConfig:
     _check(0 < c.top_p <= 1 and 0 < c.eval_top_p <= 1, "config: top_p and eval_top_p must lie in (0, 1]")
     _check(all(1 <= k <= c.eval_n for k in c.eval_k), f"config: every eval_k must lie in 1..eval_n={c.eval_n}")
     _check(c.dtype in ("auto", "float32", "bfloat16", "float16"), f"config: dtype {c.dtype!r} unknown")
+    _check(c.rollout_backend in ("transformers", "vllm"),
+           f"config: rollout_backend {c.rollout_backend!r} not in ('transformers', 'vllm')")
     _check(c.keep_checkpoints >= 1, "config: keep_checkpoints must be >= 1")
     _check(bool(c.streams), "config: at least one [[streams]] entry is needed")
     names = [s.name for s in c.streams]

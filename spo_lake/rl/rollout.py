@@ -21,7 +21,7 @@ import torch
 from spo_lake.lake import Lake, Snapshot
 from spo_lake.lake.contracts import to_json_text
 from spo_lake.lake.sql import connect
-from spo_lake.models.backend import SampleResult, TransformersPolicy
+from spo_lake.models.backend import PolicyBackend, SampleResult, TransformersPolicy
 from spo_lake.pipelines.common import BufferedAppender
 from spo_lake.pipelines.evaluate import evaluation_row
 from spo_lake.pipelines.judge import judge_many
@@ -143,11 +143,13 @@ class RolloutWorker(threading.Thread):
     """Generates steps start..end-1 in order into a bounded queue (at most `lag` + 1 steps ahead)."""
 
     def __init__(self, policy: TransformersPolicy, versions: PolicyVersions, settings: RolloutSettings,
-                 start: int, end: int):
+                 start: int, end: int, sampler: PolicyBackend | None = None):
         super().__init__(name="rollout-worker", daemon=True)
         # The behaviour policy is a separate copy: the trainer updates its own model while this one samples. The
         # tokenizer is copied too: a fast tokenizer used from two threads at once can fail ("Already borrowed").
-        self.policy = TransformersPolicy(copy.deepcopy(policy.model), copy.deepcopy(policy.tokenizer), policy.model_id)
+        # Or `sampler`, another backend of the same model (vLLM): it takes each version's weights the same way.
+        self.policy = sampler or TransformersPolicy(copy.deepcopy(policy.model), copy.deepcopy(policy.tokenizer),
+                                                    policy.model_id)
         self.versions, self.settings, self.start_step, self.end_step = versions, settings, start, end
         self.tok_id = tokenizer_id(policy)
         self.out: queue.Queue = queue.Queue(maxsize=settings.schedule.lag + 1)
@@ -182,7 +184,7 @@ class RolloutWorker(threading.Thread):
         if weights is None:
             return None
         if version != self.loaded:
-            self.policy.model.load_state_dict(weights)
+            self.policy.load_weights(weights)
             self.loaded = version
         chosen, temperature, sample_seed = s.schedule.plan(step, len(s.prompts))
         entries = [s.prompts[i] for i in chosen]

@@ -22,6 +22,7 @@ import torch
 
 from spo_lake.lake import Lake
 from spo_lake.lake.contracts import to_json_text
+from spo_lake.models import load_policy
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar
 from spo_lake.pipelines.sample import tokenizer_id
@@ -180,7 +181,10 @@ class Trainer:
         if schedule.version(self.step) not in self.versions.state_dict():
             raise RuntimeError(f"checkpoint of step {self.step} lacks the behaviour-policy weights of version "
                                f"{schedule.version(self.step)} that its next rollouts need")
-        self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, self.step, self.config.steps)
+        sampler = load_policy(self.config.model, backend="vllm", dtype=str(self.dtype).removeprefix("torch.")) \
+            if self.config.rollout_backend == "vllm" else None
+        self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, self.step, self.config.steps,
+                                    sampler)
         written = written_trajectory_ids(self.lake, self.run_id) if self.resuming else set()
         self.mixer.online_source = OnlineSource(self.worker, self.appender, written, self._record_rollouts)
         self.worker.start()
