@@ -117,6 +117,7 @@ class TransformersPolicy:
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.model_id = model_id
+        self.source: str | None = None  # the directory or hub name it was loaded from, when it was
         self.batch_size = batch_size
         self.device = next(model.parameters()).device
         self.precision = ("transformers", str(next(model.parameters()).dtype).removeprefix("torch."))
@@ -137,8 +138,10 @@ class TransformersPolicy:
             model = AutoModelForCausalLM.from_pretrained(target, dtype=_resolve_dtype(dtype))
         except OSError as exc:
             raise ValueError(f"cannot load model {path_or_name!r}: {str(exc).splitlines()[0]}") from None
-        return cls(model.to(device), tokenizer, model_id=model_id or model_identity(path_or_name),
-                   batch_size=batch_size)
+        policy = cls(model.to(device), tokenizer, model_id=model_id or model_identity(path_or_name),
+                     batch_size=batch_size)
+        policy.source = target  # where it was loaded from: what another process loads (model_id is an identity)
+        return policy
 
     def encode_prompt(self, prompt: str) -> list[int]:
         return encode_prompt(self.tokenizer, prompt)

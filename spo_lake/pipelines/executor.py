@@ -45,6 +45,7 @@ class PolicySpec:
     shape the samples: batches are seeded one by one)."""
 
     path: str
+    model_id: str
     backend: str
     dtype: str
     device: str
@@ -53,18 +54,20 @@ class PolicySpec:
     @classmethod
     def of(cls, model: PolicyBackend) -> "PolicySpec":
         backend, dtype = model.precision
-        local = Path(model.model_id)  # a worker need not share this process's working directory
-        return cls(str(local.resolve()) if local.exists() else model.model_id, backend, dtype,
+        source = getattr(model, "source", None) or model.model_id
+        local = Path(source)  # a worker need not share this process's working directory
+        return cls(str(local.resolve()) if local.exists() else source, model.model_id, backend, dtype,
                    str(getattr(model, "device", "cpu")), getattr(model, "batch_size", None))
 
     def load(self) -> PolicyBackend:
         if self.backend == "transformers":
             from spo_lake.models.backend import TransformersPolicy
 
-            return TransformersPolicy.from_pretrained(self.path, self.device, self.dtype, self.batch_size or 64)
+            return TransformersPolicy.from_pretrained(self.path, self.device, self.dtype, self.batch_size or 64,
+                                                      model_id=self.model_id)
         from spo_lake.models import load_policy
 
-        return load_policy(self.path, backend=self.backend, dtype=self.dtype)
+        return load_policy(self.path, backend=self.backend, dtype=self.dtype, model_id=self.model_id)
 
 
 class RolloutWorker:
