@@ -134,7 +134,7 @@ def work(tmp_path_factory, tiny_model_dir) -> Path:
 def test_ingest_stops_all_or_nothing_and_a_rerun_lands_everything(work):
     before = readable(work / "lake")
     args = ["--lake", "lake", "ingest", "big.jsonl", "--source", "policy", "--model", "m"]
-    interrupt(args, work, shows("checking and writing"))
+    interrupt(args, work, shows("validating and writing"))
     assert readable(work / "lake")["trajectories"] in (before["trajectories"], before["trajectories"] + BIG)
     done = subprocess.run([SPOLAKE, *args], cwd=work, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
