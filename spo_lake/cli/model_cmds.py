@@ -6,7 +6,9 @@ from typing import Optional, Tuple
 
 import typer
 
-from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, open_lake, show_report, user_errors
+from spo_lake.cli.common import (
+    FORMAT_OPTION, THREADS_OPTION, OutputFormat, console, open_lake, show_report, user_errors,
+)
 from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
@@ -16,11 +18,15 @@ WHERE_PROMPTS = "SQL filter over prompts p"
 WHERE_TRAJECTORIES = "SQL filter over trajectories t joined with prompts p"
 
 
-def load_model(model: str, device: Optional[str], backend: str = "auto"):
-    """The policy backend for `model` (vLLM when present and backend is auto, else transformers on `device`)."""
+def load_model(model: str, device: Optional[str], threads: Optional[int], backend: str = "auto"):
+    """The policy backend for `model` (vLLM when present and backend is auto, else transformers on `device`), with
+    torch's thread policy applied (see spo_lake.models.threads)."""
     from transformers.utils import logging as transformers_logging
 
     from spo_lake.models import load_policy
+    from spo_lake.models.threads import use_threads
+
+    use_threads(threads)
 
     transformers_logging.disable_progress_bar()  # our own status line says what is loading
     with console.status(f"loading {model}"):
@@ -41,13 +47,15 @@ def register(app: typer.Typer) -> None:
     def tiny(out: str = typer.Option(..., "--out", help="directory to save the model and tokenizer into"),
              seed: int = typer.Option(0, help="seed of data, initialisation and data order"),
              style: str = typer.Option("direct", help="direct (expression only) or cot (a reasoning line first)"),
-             steps: Optional[int] = typer.Option(None, help="training steps (default: the built-in schedule)")) -> None:
+             steps: Optional[int] = typer.Option(None, help="training steps (default: the built-in schedule)"),
+             threads: int = typer.Option(1, "--threads", min=1, help="torch threads; the default 1 keeps builds "
+                                         "bit-reproducible and is fastest for this model's small matrices")) -> None:
         """Build and SFT-train the tiny countdown policy on CPU; loadable with AutoModelForCausalLM."""
         import json
 
         from spo_lake.models.tiny import build_tiny_model
 
-        path = build_tiny_model(out, seed=seed, steps=steps, style=style)
+        path = build_tiny_model(out, seed=seed, steps=steps, style=style, threads=threads)
         info = json.loads((path / "tiny_config.json").read_text())
         console.print(f"{path}: {info['parameters']:,} parameters, final loss {info['final_loss']:.3f}, "
                       f"{info['build_seconds']} s")
@@ -72,6 +80,7 @@ def register(app: typer.Typer) -> None:
                timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
                memory_mb: int = typer.Option(512, help="address-space limit"),
                sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+               threads: Optional[int] = THREADS_OPTION,
                format: OutputFormat = FORMAT_OPTION) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
@@ -80,8 +89,8 @@ def register(app: typer.Typer) -> None:
         if source not in SOURCES:
             raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         options, template_text = sandbox_options(timeout_s, memory_mb, sandbox), read_template(template)
-        report = run(open_lake(), load_model(model, device), where=where, n=n, temperature=temperature, top_p=top_p,
-                     max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
+        report = run(open_lake(), load_model(model, device, threads), where=where, n=n, temperature=temperature,
+                     top_p=top_p, max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
                      temperature_range=temperature_range, evaluate=evaluate, options=options, workers=workers,
                      batch=batch)
         show_report(report, format)
@@ -100,13 +109,15 @@ def register(app: typer.Typer) -> None:
            timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
            memory_mb: int = typer.Option(512, help="address-space limit"),
            sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+           threads: Optional[int] = THREADS_OPTION,
            format: OutputFormat = FORMAT_OPTION) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
         from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
 
         options = sandbox_options(timeout_s, memory_mb, sandbox)
-        report = run(open_lake(), load_model(model, device), k=k, where=where, beta=PAPER_BETA if beta is None else beta,
-                     seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers)
+        report = run(open_lake(), load_model(model, device, threads), k=k, where=where,
+                     beta=PAPER_BETA if beta is None else beta, seed=seed, batch=batch,
+                     max_new_tokens=max_new_tokens, options=options, workers=workers)
         show_report(report, format)
 
     @app.command()
@@ -115,11 +126,12 @@ def register(app: typer.Typer) -> None:
                  where: Optional[str] = typer.Option(None, help=WHERE_TRAJECTORIES),
                  batch_size: int = typer.Option(16, help="sequences per scoring batch"),
                  device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+                 threads: Optional[int] = THREADS_OPTION,
                  format: OutputFormat = FORMAT_OPTION) -> None:
         """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
         from spo_lake.pipelines.refprobs import refprobs as run
 
-        show_report(run(open_lake(), load_model(model, device), where=where, batch_size=batch_size), format)
+        show_report(run(open_lake(), load_model(model, device, threads), where=where, batch_size=batch_size), format)
 
     @app.command()
     @user_errors
@@ -135,14 +147,15 @@ def register(app: typer.Typer) -> None:
             timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
             memory_mb: int = typer.Option(512, help="address-space limit"),
             sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+            threads: Optional[int] = THREADS_OPTION,
             format: OutputFormat = FORMAT_OPTION) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
         from spo_lake.pipelines.pts import pts as run
 
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         # transformers: PTS continues token-level prefixes, which only that backend's sampler takes so far
-        report = run(open_lake(), load_model(model, device, "transformers"), k=k, threshold=threshold, where=where,
-                     s0_range=tuple(s0_range), max_new_tokens=max_new_tokens, seed=seed, options=options,
+        report = run(open_lake(), load_model(model, device, threads, "transformers"), k=k, threshold=threshold,
+                     where=where, s0_range=tuple(s0_range), max_new_tokens=max_new_tokens, seed=seed, options=options,
                      workers=workers)
         show_report(report, format)
 
