@@ -110,8 +110,9 @@ def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
                         StreamSettings(model_id, 0.1, 0, max_response_tokens=4096), tokenizer_only)
     examples = stream.take(args.batch)
     if variant in ("spo_live", "ppo"):  # no cache: π0 runs live (online rollouts never have cached log-probs)
-        examples = [type(e)(**{**vars(e), "ref_logprobs": None,
-                               "behavior_logprobs": e.ref_logprobs if variant == "ppo" else None}) for e in examples]
+        sampled = ("behavior_logprobs", "policy_logprobs") if variant == "ppo" else ()  # PPO's π_old: here π0's
+        examples = [type(e)(**{**vars(e), "ref_logprobs": None, "behavior_logprobs": None,
+                               **{k: e.ref_logprobs for k in sampled}}) for e in examples]
     stream.close()
     del tokenizer_only
     device = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
