@@ -6,9 +6,8 @@ from typing import Optional, Tuple
 
 import typer
 
-from spo_lake.cli.common import (
-    FORMAT_OPTION, THREADS_OPTION, OutputFormat, console, open_lake, show_report, user_errors,
-)
+from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, open_lake, show_report, user_errors
+from spo_lake.cli.common import THREADS_OPTION
 from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
@@ -18,15 +17,11 @@ WHERE_PROMPTS = "SQL filter over prompts p"
 WHERE_TRAJECTORIES = "SQL filter over trajectories t joined with prompts p"
 
 
-def load_model(model: str, device: Optional[str], threads: Optional[int], backend: str = "auto"):
-    """The policy backend for `model` (vLLM when present and backend is auto, else transformers on `device`), with
-    torch's thread policy applied (see spo_lake.models.threads)."""
+def load_model(model: str, device: Optional[str], backend: str = "auto"):
+    """The policy backend for `model` (vLLM when present and backend is auto, else transformers on `device`)."""
     from transformers.utils import logging as transformers_logging
 
     from spo_lake.models import load_policy
-    from spo_lake.models.threads import use_threads
-
-    use_threads(threads)
 
     transformers_logging.disable_progress_bar()  # our own status line says what is loading
     with console.status(f"loading {model}"):
@@ -76,21 +71,23 @@ def register(app: typer.Typer) -> None:
                seed: int = typer.Option(0, help="sampling seed"),
                batch: int = typer.Option(64, help="responses per generation batch"),
                device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+               threads: Optional[int] = THREADS_OPTION,
                workers: Optional[int] = typer.Option(None, help="parallel sandboxes with --evaluate (default: cores)"),
                timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
                memory_mb: int = typer.Option(512, help="address-space limit"),
                sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
-               threads: Optional[int] = THREADS_OPTION,
                format: OutputFormat = FORMAT_OPTION) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
+        from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.sample import sample as run
 
+        use_threads(threads)
         if source not in SOURCES:
             raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         options, template_text = sandbox_options(timeout_s, memory_mb, sandbox), read_template(template)
-        report = run(open_lake(), load_model(model, device, threads), where=where, n=n, temperature=temperature,
-                     top_p=top_p, max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
+        report = run(open_lake(), load_model(model, device), where=where, n=n, temperature=temperature, top_p=top_p,
+                     max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
                      temperature_range=temperature_range, evaluate=evaluate, options=options, workers=workers,
                      batch=batch)
         show_report(report, format)
@@ -105,19 +102,20 @@ def register(app: typer.Typer) -> None:
            seed: int = typer.Option(0, help="sampling seed"),
            batch: int = typer.Option(64, help="responses per generation batch"),
            device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+           threads: Optional[int] = THREADS_OPTION,
            workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
            timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
            memory_mb: int = typer.Option(512, help="address-space limit"),
            sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
-           threads: Optional[int] = THREADS_OPTION,
            format: OutputFormat = FORMAT_OPTION) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
+        from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
 
+        use_threads(threads)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
-        report = run(open_lake(), load_model(model, device, threads), k=k, where=where,
-                     beta=PAPER_BETA if beta is None else beta, seed=seed, batch=batch,
-                     max_new_tokens=max_new_tokens, options=options, workers=workers)
+        report = run(open_lake(), load_model(model, device), k=k, where=where, beta=PAPER_BETA if beta is None else beta,
+                     seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers)
         show_report(report, format)
 
     @app.command()
@@ -125,13 +123,15 @@ def register(app: typer.Typer) -> None:
     def refprobs(model: str = typer.Option(..., help=MODEL_HELP),
                  where: Optional[str] = typer.Option(None, help=WHERE_TRAJECTORIES),
                  batch_size: int = typer.Option(16, help="sequences per scoring batch"),
-                 device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
                  threads: Optional[int] = THREADS_OPTION,
+                 device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
                  format: OutputFormat = FORMAT_OPTION) -> None:
         """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
+        from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.refprobs import refprobs as run
 
-        show_report(run(open_lake(), load_model(model, device, threads), where=where, batch_size=batch_size), format)
+        use_threads(threads)
+        show_report(run(open_lake(), load_model(model, device), where=where, batch_size=batch_size), format)
 
     @app.command()
     @user_errors
@@ -143,19 +143,21 @@ def register(app: typer.Typer) -> None:
             max_new_tokens: int = typer.Option(256, help="longest response (prefix + continuation) in tokens"),
             seed: int = typer.Option(0, help="sampling seed"),
             device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+            threads: Optional[int] = THREADS_OPTION,
             workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
             timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
             memory_mb: int = typer.Option(512, help="address-space limit"),
             sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
-            threads: Optional[int] = THREADS_OPTION,
             format: OutputFormat = FORMAT_OPTION) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
+        from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.pts import pts as run
 
+        use_threads(threads)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         # transformers: PTS continues token-level prefixes, which only that backend's sampler takes so far
-        report = run(open_lake(), load_model(model, device, threads, "transformers"), k=k, threshold=threshold,
-                     where=where, s0_range=tuple(s0_range), max_new_tokens=max_new_tokens, seed=seed, options=options,
+        report = run(open_lake(), load_model(model, device, "transformers"), k=k, threshold=threshold, where=where,
+                     s0_range=tuple(s0_range), max_new_tokens=max_new_tokens, seed=seed, options=options,
                      workers=workers)
         show_report(report, format)
 
