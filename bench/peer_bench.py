@@ -39,7 +39,8 @@ from train_bench import build  # noqa: E402  (the same random-weight model and c
 VARIANTS = ("spo_sync", "spo_overlap", "grpo")
 
 
-def spo_step_seconds(root: Path, args: argparse.Namespace, overlap: bool) -> list[float]:
+def spo_step_seconds(root: Path, args: argparse.Namespace, overlap: bool) -> tuple[list[float], list[float]]:
+    """Seconds per measured step, and of those the seconds the trainer waited for its rollouts."""
     from spo_lake.lake import Lake
     from spo_lake.rl.config import load_config
     from spo_lake.rl.run import read_metrics
@@ -54,10 +55,11 @@ def spo_step_seconds(root: Path, args: argparse.Namespace, overlap: bool) -> lis
     trainer = Trainer(load_config(None, lines + ['streams.online.kind="online"', "streams.online.fraction=1.0"]),
                       Lake.open(root / "lake"), show_progress=False)
     trainer.train()
-    return [m["seconds"] for m in read_metrics(trainer.run_dir)][args.warmup:]
+    measured = read_metrics(trainer.run_dir)[args.warmup:]
+    return [m["seconds"] for m in measured], [m["wait_s"] for m in measured]
 
 
-def grpo_step_seconds(root: Path, args: argparse.Namespace) -> list[float]:
+def grpo_step_seconds(root: Path, args: argparse.Namespace) -> tuple[list[float], list[float]]:
     import torch
     import trl
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -90,7 +92,7 @@ def grpo_step_seconds(root: Path, args: argparse.Namespace) -> list[float]:
                               args=config, train_dataset=data,
                               processing_class=AutoTokenizer.from_pretrained(root / "model"), callbacks=[timer])
     trainer.train()
-    return timer.seconds[args.warmup:]
+    return timer.seconds[args.warmup:], []
 
 
 def main() -> None:
@@ -109,14 +111,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.variant:
         root = Path(args.root)
-        seconds = grpo_step_seconds(root, args) if args.variant == "grpo" else \
+        seconds, waits = grpo_step_seconds(root, args) if args.variant == "grpo" else \
             spo_step_seconds(root, args, overlap=args.variant == "spo_overlap")
-        print(json.dumps({"seconds": seconds}))
+        print(json.dumps({"seconds": seconds, "wait_s": waits}))
         return
 
     root = Path(tempfile.mkdtemp(prefix="peer-bench-"))
     build(root, argparse.Namespace(hidden=128, layers=4, batch=args.batch, lines=1))
-    best: dict[tuple[str, int], float] = {}
+    best: dict[tuple[str, int], tuple[float, float]] = {}  # (median step s, median wait s) of the best round
     loads = []
     for _ in range(args.rounds):
         for threads in (1, 0):
@@ -125,17 +127,19 @@ def main() -> None:
                                         "--threads", str(threads), "--root", str(root)], capture_output=True, text=True)
                 if child.returncode != 0:
                     sys.exit(f"{variant} failed:\n{child.stderr[-3000:]}")
-                median = statistics.median(json.loads(child.stdout.strip().splitlines()[-1])["seconds"])
-                best[variant, threads] = min(best.get((variant, threads), float("inf")), median)
+                out = json.loads(child.stdout.strip().splitlines()[-1])
+                this = statistics.median(out["seconds"]), statistics.median(out["wait_s"] or [float("nan")])
+                best[variant, threads] = min(best.get((variant, threads), (float("inf"), 0.0)), this)
                 loads.append(os.getloadavg()[0])
     print(f"{args.batch} responses/step ({args.batch // args.samples} prompts x {args.samples}), {args.tokens} tokens, "
           f"{len(os.sched_getaffinity(0))} cores, load average {min(loads):.1f}-{max(loads):.1f} during the runs")
-    print(f"{'threads':<10}{'spo_sync s':>12}{'spo_overlap s':>15}{'grpo s':>9}{'sync/grpo':>11}{'overlap/grpo':>14}")
+    print("step seconds (median; SPO: of which waiting for rollouts), and GRPO's step time / SPO's")
+    print(f"{'threads':<10}{'spo_sync s':>18}{'spo_overlap s':>18}{'grpo s':>9}{'sync':>8}{'overlap':>9}")
     for threads in (1, 0):
-        sync, overlap, grpo = (best[v, threads] for v in VARIANTS)
-        print(f"{'1' if threads else 'default':<10}{sync:>12.3f}{overlap:>15.3f}{grpo:>9.3f}"
-              f"{grpo / sync:>10.2f}x{grpo / overlap:>13.2f}x")
-    ratio = best["grpo", 0] / best["spo_overlap", 0]
+        (sync, sync_wait), (overlap, overlap_wait), (grpo, _) = (best[v, threads] for v in VARIANTS)
+        print(f"{'1' if threads else 'default':<10}{sync:>8.3f} ({sync_wait:.3f}){overlap:>9.3f} ({overlap_wait:.3f})"
+              f"{grpo:>9.3f}{grpo / sync:>7.2f}x{grpo / overlap:>8.2f}x")
+    ratio = best["grpo", 0][0] / best["spo_overlap", 0][0]
     print(f"SPO step speed with overlap / TRL GRPO (default threads): {ratio:.2f}x  (target >= 1.5) "
           f"{'OK' if ratio >= 1.5 else 'MISSED'}")
 
