@@ -80,6 +80,7 @@ class OutputFormat(str, Enum):
 
 
 FORMAT_OPTION = typer.Option(OutputFormat.table, "--format", help="table (for people) or json (one object on stdout)")
+THREADS_OPTION = typer.Option(None, "--threads", min=1, help="torch threads (default: the cores this process may use)")
 
 
 def emit_json(data: Any) -> None:

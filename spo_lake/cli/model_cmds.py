@@ -7,6 +7,7 @@ from typing import Optional, Tuple
 import typer
 
 from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, open_lake, show_report, user_errors
+from spo_lake.cli.common import THREADS_OPTION
 from spo_lake.cli.pipeline_cmds import EXECUTOR_HELP, RAY_ADDRESS_HELP, SANDBOX_HELP, sandbox_options
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
@@ -46,7 +47,9 @@ def register(app: typer.Typer) -> None:
     def tiny(out: str = typer.Option(..., "--out", help="directory to save the model and tokenizer into"),
              seed: int = typer.Option(0, help="seed of data, initialisation and data order"),
              style: str = typer.Option("direct", help="direct (expression only) or cot (a reasoning line first)"),
-             steps: Optional[int] = typer.Option(None, help="training steps (default: the built-in schedule)")) -> None:
+             steps: Optional[int] = typer.Option(None, help="training steps (default: the built-in schedule)"),
+             threads: int = typer.Option(1, "--threads", min=1, help="torch threads; the default 1 keeps builds "
+                                         "bit-reproducible and is fastest for this model's small matrices")) -> None:
         """Build and SFT-train the tiny countdown policy on CPU; loadable with AutoModelForCausalLM. A finished build
         of the same configuration in --out is kept (delete it to rebuild)."""
         import json
@@ -60,7 +63,7 @@ def register(app: typer.Typer) -> None:
         if built.is_file() and json.loads(built.read_text()).get("config_hash") == wanted.hash():
             console.print(f"{out}: already built with this configuration, kept (delete it to rebuild)")
             return
-        path = build_tiny_model(out, seed=seed, steps=steps, style=style)
+        path = build_tiny_model(out, seed=seed, steps=steps, style=style, threads=threads)
         info = json.loads((path / "tiny_config.json").read_text())
         console.print(f"{path}: {info['parameters']:,} parameters, final loss {info['final_loss']:.3f}, "
                       f"{info['build_seconds']} s")
@@ -81,6 +84,7 @@ def register(app: typer.Typer) -> None:
                seed: int = typer.Option(0, help="sampling seed"),
                batch: int = typer.Option(64, help="responses per generation batch"),
                device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+               threads: Optional[int] = THREADS_OPTION,
                workers: Optional[int] = typer.Option(None, help="parallel sandboxes with --evaluate (default: cores)"),
                timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
                memory_mb: int = typer.Option(512, help="address-space limit"),
@@ -91,8 +95,10 @@ def register(app: typer.Typer) -> None:
                format: OutputFormat = FORMAT_OPTION) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
+        from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.sample import sample as run
 
+        use_threads(threads)
         if source not in SOURCES:
             raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         options, template_text = sandbox_options(timeout_s, memory_mb, sandbox), read_template(template)
@@ -113,6 +119,7 @@ def register(app: typer.Typer) -> None:
            seed: int = typer.Option(0, help="sampling seed"),
            batch: int = typer.Option(64, help="responses per generation batch"),
            device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+           threads: Optional[int] = THREADS_OPTION,
            workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
            timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
            memory_mb: int = typer.Option(512, help="address-space limit"),
@@ -122,8 +129,10 @@ def register(app: typer.Typer) -> None:
            ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
            format: OutputFormat = FORMAT_OPTION) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
+        from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
 
+        use_threads(threads)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         policy = load_model(model, device, model_id=model_id)
         report = run(open_lake(), policy, k=k, where=where, beta=PAPER_BETA if beta is None else beta,
@@ -136,12 +145,15 @@ def register(app: typer.Typer) -> None:
     def refprobs(model: str = typer.Option(..., help=MODEL_HELP),
                  where: Optional[str] = typer.Option(None, help=WHERE_TRAJECTORIES),
                  batch_size: int = typer.Option(16, help="sequences per scoring batch"),
+                 threads: Optional[int] = THREADS_OPTION,
                  device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
                  model_id: Optional[str] = MODEL_ID_OPTION,
                  format: OutputFormat = FORMAT_OPTION) -> None:
         """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
+        from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.refprobs import refprobs as run
 
+        use_threads(threads)
         policy = load_model(model, device, model_id=model_id)
         show_report(run(open_lake(), policy, where=where, batch_size=batch_size), format)
 
@@ -155,6 +167,7 @@ def register(app: typer.Typer) -> None:
             max_new_tokens: int = typer.Option(256, help="longest response (prefix + continuation) in tokens"),
             seed: int = typer.Option(0, help="sampling seed"),
             device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+            threads: Optional[int] = THREADS_OPTION,
             workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
             timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
             memory_mb: int = typer.Option(512, help="address-space limit"),
@@ -162,8 +175,10 @@ def register(app: typer.Typer) -> None:
             model_id: Optional[str] = MODEL_ID_OPTION,
             format: OutputFormat = FORMAT_OPTION) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
+        from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.pts import pts as run
 
+        use_threads(threads)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         # transformers: PTS continues token-level prefixes, which only that backend's sampler takes so far
         policy = load_model(model, device, "transformers", model_id)

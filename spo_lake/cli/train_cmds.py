@@ -6,7 +6,9 @@ from typing import Optional
 
 import typer
 
-from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json, open_lake, user_errors
+from spo_lake.cli.common import (
+    FORMAT_OPTION, THREADS_OPTION, OutputFormat, console, emit_json, open_lake, user_errors,
+)
 from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
 
 
@@ -36,6 +38,9 @@ def register(app: typer.Typer) -> None:
               run_dir: Optional[str] = typer.Option(None, help="parent directory of run directories"),
               run_name: Optional[str] = typer.Option(None, help="run id (default: a fresh one)"),
               device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:1, ..."),
+              threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (key `threads`; "
+                                                    "default: the cores this process may use, halved when online "
+                                                    "rollouts share them)"),
               resume: Optional[str] = typer.Option(None, help="continue the run in this directory exactly"),
               quiet: bool = typer.Option(False, help="no live progress display")) -> None:
         """Train with SPO (or PPO) from a pinned lake snapshot mixed with online rollouts, writing them back."""
@@ -44,7 +49,8 @@ def register(app: typer.Typer) -> None:
 
         quiet_transformers()
         overrides = flag_overrides(model=model, algorithm=algorithm, steps=steps, seed=seed, snapshot=snapshot,
-                                   run_dir=run_dir, run_name=run_name, device=device) + list(set_ or [])
+                                   run_dir=run_dir, run_name=run_name, device=device,
+                                   threads=threads) + list(set_ or [])
         lake = open_lake()
         with console.status("setting up the run"):
             if resume:
@@ -79,9 +85,11 @@ def register(app: typer.Typer) -> None:
               timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
               memory_mb: int = typer.Option(512, help="address-space limit"),
               sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+              threads: Optional[int] = THREADS_OPTION,
               format: OutputFormat = FORMAT_OPTION) -> None:
         """pass@k of a model with the unbiased estimator (paper: n=20, temperature 0.4, top-p 0.95, k=1,10)."""
         from spo_lake.models.backend import TransformersPolicy
+        from spo_lake.models.threads import use_threads
         from spo_lake.rl.evaluation import EvalSettings, evaluate_in_lake
         from spo_lake.rl.trainer import resolve_device
 
@@ -93,6 +101,7 @@ def register(app: typer.Typer) -> None:
         settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         lake = open_lake()
+        use_threads(threads)
         with console.status(f"loading {model}"):
             policy = TransformersPolicy.from_pretrained(model, str(resolve_device(device)))
         result, run_id = evaluate_in_lake(lake, policy, settings, where=where, snapshot=snapshot,

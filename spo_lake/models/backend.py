@@ -150,7 +150,9 @@ class TransformersPolicy:
         return tokenize_response(self.tokenizer, prompt, response, add_eos)
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(state_dict)
+        # assign: the module takes the given tensors rather than copying into its own (no second copy of a version;
+        # the caller must not modify them afterwards, as the trainer's published versions are never modified)
+        self.model.load_state_dict(state_dict, assign=True)
 
     # ------------------------------------------------------------------------------------- sampling
 

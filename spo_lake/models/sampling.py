@@ -32,6 +32,56 @@ def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
-def gather_token_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log softmax(logits)[target] per position, in float32. logits: [..., V], targets: [...] -> [...]."""
-    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+# Scratch per chunk of positions, in elements (float32: 64 MiB), whatever the vocabulary.
+LOGIT_CHUNK_ELEMENTS = 2**24
+
+
+def gather_token_log_probs(logits: torch.Tensor, targets: torch.Tensor,
+                           chunk_elements: int = LOGIT_CHUNK_ELEMENTS) -> torch.Tensor:
+    """log softmax(logits)[target] per position, in float32. logits: [..., V], targets: [...] -> [...].
+
+    = logit[target] − logsumexp(logits), computed over chunks of positions: each chunk is upcast to float32, reduced
+    and dropped, so neither a float32 copy nor a log-softmax of the [B, T, V] logits ever exists (gigabytes at a
+    real model's 150k vocabulary). The backward pass recomputes each chunk's softmax the same way.
+    """
+    vocab = logits.shape[-1]
+    # A view for the shapes callers pass ([B, T, V], a [B, V] or [T, V] slice): no copy of the logits.
+    grid = logits.reshape(-1, logits.shape[-2] if logits.dim() >= 2 else 1, vocab)
+    out = _TokenLogProbs.apply(grid, targets.reshape(grid.shape[:2]), max(1, chunk_elements // vocab))
+    return out.reshape(targets.shape)
+
+
+def _chunks(rows: int, width: int, positions: int) -> list[tuple[slice, slice]]:
+    """(row, column) slices of a [rows, width] grid with about `positions` positions each."""
+    if positions >= width:
+        step = positions // width
+        return [(slice(r, r + step), slice(None)) for r in range(0, rows, step)]
+    return [(slice(r, r + 1), slice(c, c + positions)) for r in range(rows) for c in range(0, width, positions)]
+
+
+class _TokenLogProbs(torch.autograd.Function):
+    """Chunked selective log-softmax over [B, T, V] logits; saves only the logits (which exist anyway) and one
+    float32 logsumexp per position for the backward pass."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, positions: int) -> torch.Tensor:
+        out = torch.empty(targets.shape, dtype=torch.float32, device=logits.device)
+        lse = torch.empty_like(out)
+        for index in _chunks(*targets.shape, positions):
+            chunk = logits[index].float()
+            lse[index] = torch.logsumexp(chunk, dim=-1)
+            out[index] = chunk.gather(-1, targets[index].unsqueeze(-1)).squeeze(-1) - lse[index]
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.positions = positions
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        logits, targets, lse = ctx.saved_tensors
+        grad_logits = torch.empty_like(logits, memory_format=torch.contiguous_format)
+        for index in _chunks(*targets.shape, ctx.positions):
+            g = grad[index].unsqueeze(-1)
+            # d/dlogits (logit[target] − logsumexp) = onehot(target) − softmax
+            chunk = (logits[index].float() - lse[index].unsqueeze(-1)).exp_().mul_(-g)
+            grad_logits[index] = chunk.scatter_add_(-1, targets[index].unsqueeze(-1), g)
+        return grad_logits, None, None

@@ -9,6 +9,7 @@ from typing import Any, Callable
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from spo_lake.lake import Lake, Work
+from spo_lake.lake.upkeep import after_commit
 
 # Commit order inside one flush: facts that reference trajectories first, trajectories last, so a crash between
 # commits never leaves a visible trajectory without its facts (and a retry re-uses the orphans it left). A `work`
@@ -33,7 +34,8 @@ def where_clause(where: str | None) -> str:
 class BufferedAppender:
     """Collects rows per table and commits them every `flush_rows` rows or `flush_seconds` seconds.
 
-    Long pipelines commit as they go, so a killed run keeps what it finished and a re-run skips it. Facts with a
+    Long pipelines commit as they go, so a killed run keeps what it finished and a re-run skips it; every commit is
+    followed by the lake's upkeep (`after_commit`), so thousands of them keep appends and queries fast. Facts with a
     key (verdicts, hashes, log-probs...) are added only if absent, so copies of a pipeline running at once cannot
     record one twice; pipelines whose rows have no natural key (samples) pass their `work` claim (see `Work`).
     """
@@ -54,9 +56,11 @@ class BufferedAppender:
     def flush(self) -> None:
         ordered = {t: self._rows[t] for t in COMMIT_ORDER if self._rows.get(t)}
         if ordered:
-            self.lake.append_many(ordered, work=self.work)
+            versions = self.lake.append_many(ordered, work=self.work)
             for t, rows in ordered.items():
                 self.committed[t] = self.committed.get(t, 0) + len(rows)
+            for t, version in versions.items():
+                after_commit(self.lake, t, version)
         self._rows = {}
         self._last = time.monotonic()
 

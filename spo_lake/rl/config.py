@@ -115,6 +115,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     seed: int = 0
     device: str = "auto"  # auto = cuda when available
+    threads: int = 0  # torch intra-op threads; 0 = the cores available, halved when online rollouts share them
     dtype: str = "auto"  # auto = bfloat16 on GPU, float32 on CPU
     gradient_checkpointing: bool = False
     score_batch_size: int = 16  # sequences per forward of the live reference model
@@ -156,7 +157,7 @@ def validate(c: TrainConfig) -> TrainConfig:
                 "max_response_tokens", "page_size", "eval_n", "judge_workers", "flush_rows", "score_batch_size"):
         _check(getattr(c, key) >= 1, f"config: {key} must be >= 1, got {getattr(c, key)}")
     for key in ("warmup_steps", "eval_every", "checkpoint_every", "rollout_lag", "lr", "value_lr", "weight_decay",
-                "q0_prior"):
+                "q0_prior", "threads"):
         _check(getattr(c, key) >= 0, f"config: {key} must be >= 0, got {getattr(c, key)}")
     _check(c.batch_size % c.grad_accum == 0,
            f"config: batch_size {c.batch_size} is not divisible by grad_accum {c.grad_accum}")

@@ -92,7 +92,9 @@ def trajectory_row(*, trajectory_id: str, problem: Problem, result: SampleResult
 class PolicyVersions:
     """Weights of the policy versions that rollouts still need, passed from the trainer to the worker.
 
-    Published weights are clones, so the trainer can keep updating its model while the worker loads them.
+    Published weights are clones, so the trainer can keep updating its model while the worker samples with them
+    (tensors the model ties, e.g. embeddings and LM head, stay one clone). The worker's model uses these very
+    tensors, so rollouts cost one copy of the weights per version still needed, and no other.
     """
 
     def __init__(self) -> None:
@@ -100,7 +102,9 @@ class PolicyVersions:
         self._weights: dict[int, dict[str, torch.Tensor]] = {}
 
     def publish(self, version: int, state: dict[str, torch.Tensor]) -> None:
-        cloned = {k: v.detach().clone() for k, v in state.items()}
+        clones: dict[tuple, torch.Tensor] = {}
+        cloned = {k: clones.setdefault((v.data_ptr(), v.shape, v.stride(), v.dtype), v.detach().clone())
+                  for k, v in state.items()}
         with self._cond:
             self._weights[version] = cloned
             self._cond.notify_all()
@@ -145,11 +149,14 @@ class RolloutWorker(threading.Thread):
     def __init__(self, policy: TransformersPolicy, versions: PolicyVersions, settings: RolloutSettings,
                  start: int, end: int, sampler: PolicyBackend | None = None):
         super().__init__(name="rollout-worker", daemon=True)
-        # The behaviour policy is a separate copy: the trainer updates its own model while this one samples. The
-        # tokenizer is copied too: a fast tokenizer used from two threads at once can fail ("Already borrowed").
+        # The behaviour policy is a separate module whose weights are the published versions' tensors (loaded with
+        # assign=True before the first sample): the trainer updates its own model while this one samples. Until then
+        # it shares the trainer's parameters (the memo), so building it copies no weights. The tokenizer is copied
+        # too: a fast tokenizer used from two threads at once can fail ("Already borrowed").
+        shared = {id(t): t for t in [*policy.model.parameters(), *policy.model.buffers()]}
         # Or `sampler`, another backend of the same model (vLLM): it takes each version's weights the same way.
-        self.policy = sampler or TransformersPolicy(copy.deepcopy(policy.model), copy.deepcopy(policy.tokenizer),
-                                                    policy.model_id)
+        self.policy = sampler or TransformersPolicy(copy.deepcopy(policy.model, shared),
+                                                    copy.deepcopy(policy.tokenizer), policy.model_id)
         self.versions, self.settings, self.start_step, self.end_step = versions, settings, start, end
         self.tok_id = tokenizer_id(policy)
         self.out: queue.Queue = queue.Queue(maxsize=settings.schedule.lag + 1)

@@ -10,14 +10,17 @@ from spo_lake.rl.data import Batch
 def response_log_probs(model: torch.nn.Module, batch: Batch) -> torch.Tensor:
     """log p(a_t | a_<t, x) of every response token, (B, T) float32; padding positions hold garbage.
 
-    Responses all start at column P (see Batch), so only the last T+1 positions' logits are materialised;
-    the logit at position P−1+t predicts response token t.
+    Responses all start at column P (see Batch); the logit at position P−1+t predicts response token t, so only
+    those T positions' logits are materialised (passing their indices, not the last T+1 positions and a slice,
+    also spares the backward pass a zero-filled gradient of all T+1 positions' logits).
     """
     width = batch.response_ids.shape[1]
+    start = batch.input_ids.shape[1] - width - 1
     logits = model(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-        position_ids=positions_from_mask(batch.attention_mask), use_cache=False, logits_to_keep=width + 1,
-    ).logits[:, :-1]
+        position_ids=positions_from_mask(batch.attention_mask), use_cache=False,
+        logits_to_keep=torch.arange(start, start + width, device=batch.input_ids.device),
+    ).logits
     return gather_token_log_probs(logits, batch.response_ids)
 
 

@@ -24,6 +24,7 @@ from spo_lake.lake import Lake
 from spo_lake.lake.contracts import to_json_text
 from spo_lake.models import load_policy
 from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.threads import use_threads
 from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar
 from spo_lake.pipelines.sample import tokenizer_id
 from spo_lake.rl import run as rundir
@@ -83,6 +84,9 @@ class Trainer:
             self.checkpoint = checkpoints[-1] if checkpoints else None
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
+        # The rollout worker runs torch while the trainer updates: each gets its share of the cores.
+        online = any(s.kind == "online" for s in config.streams)
+        self.threads = use_threads(config.threads, concurrent=2 if online else 1)
         self.sandbox = SandboxOptions(config.sandbox_timeout_s, config.sandbox_memory_mb, config.sandbox_mode)
         torch.manual_seed(config.seed)
         self.snapshot = self._pin_snapshot()

@@ -89,3 +89,19 @@ def test_model_tiny_builds_a_loadable_model(tmp_path):
     assert "parameters" in result.output
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "tiny")
     assert AutoTokenizer.from_pretrained(tmp_path / "tiny").eos_token_id == model.config.eos_token_id
+
+
+def test_threads_sets_torch_threads_for_the_verb_and_rejects_zero(cli, tiny_model_dir):
+    import torch
+
+    invoke, _ = cli
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        result = invoke("refprobs", "--model", tiny_model_dir, "--threads", 1, "--device", "cpu")
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == 1
+        result = invoke("refprobs", "--model", tiny_model_dir, "--threads", 0)
+        assert result.exit_code == 2 and "--threads" in result.output
+    finally:
+        torch.set_num_threads(before)

@@ -12,6 +12,7 @@ import torch
 from spo_lake.cli.ingest_cmds import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.threads import default_threads
 from spo_lake.pipelines.q0 import q0
 from spo_lake.pipelines.refprobs import refprobs
 from spo_lake.rl.config import StreamConfig, load_config
@@ -214,3 +215,16 @@ def test_a_non_finite_gradient_skips_the_update_instead_of_poisoning_the_weights
     assert trainer.update(examples)["skipped_nonfinite"] == 0
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     trainer.close()
+
+
+def test_the_trainer_applies_its_thread_policy(lake, tiny_model_dir, tmp_path):
+    before = torch.get_num_threads()
+    try:
+        for extra, expected in [({"threads": 1}, 1), ({}, default_threads(concurrent=2))]:
+            config = load_config(None, config_lines(str(tiny_model_dir), tmp_path, **extra))
+            trainer = Trainer(config, lake, show_progress=False)
+            trainer.close()
+            # default: the rollout worker and the trainer each get half of the available cores
+            assert trainer.threads == torch.get_num_threads() == expected
+    finally:
+        torch.set_num_threads(before)

@@ -1,0 +1,45 @@
+"""Upkeep after many small commits: compaction and Delta checkpoints keep the file count and the log replay short,
+and every snapshot taken in between reads exactly what it read before."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from spo_lake.lake import Lake
+from spo_lake.lake.upkeep import COMPACT_EVERY, after_commit
+from spo_lake.pipelines.common import BufferedAppender
+from tests.lake.rows import trajectory_rows
+
+ALL = "SELECT trajectory_id, prompt_id, token_ids, behavior_logprobs FROM trajectories ORDER BY trajectory_id"
+
+
+def checkpoints(lake: Lake, table: str) -> list[Path]:
+    return sorted((Path(lake.uri(table)) / "_delta_log").glob("*.checkpoint.parquet"))
+
+
+def test_snapshots_taken_between_compactions_and_checkpoints_read_identically(lake):
+    seen = {}
+    for i in range(24):
+        version = lake.append("trajectories", trajectory_rows(2, start=2 * i))
+        after_commit(lake, "trajectories", version, compact_every=5, checkpoint_every=7)
+        if i % 4 == 3:
+            name = f"s{i}"
+            lake.snapshot(name)
+            seen[name] = (lake.sql(ALL, snapshot=name), lake.read("trajectories", name).collect().sort("trajectory_id"))
+
+    assert checkpoints(lake, "trajectories")
+    assert len(lake.files("trajectories")) < 5  # 24 appends: compacted down to the last few
+    for name, (rows, frame) in seen.items():
+        assert lake.sql(ALL, snapshot=name).equals(rows)
+        assert lake.read("trajectories", name).collect().sort("trajectory_id").equals(frame)
+        assert lake.count("trajectories", name) == rows.num_rows
+    assert lake.sql(ALL).column("trajectory_id").to_pylist() == [f"t{i:05d}" for i in range(48)]
+
+
+def test_a_buffered_appender_compacts_as_it_commits(lake):
+    appender = BufferedAppender(lake, flush_rows=1)
+    for i in range(COMPACT_EVERY):
+        appender.add("trajectories", trajectory_rows(1, start=i))
+    assert lake.version("trajectories") == COMPACT_EVERY + 1  # the appends, then the compaction
+    assert len(lake.files("trajectories")) == 1
+    assert lake.count("trajectories") == COMPACT_EVERY
+    assert len(lake.files("trajectories", version=COMPACT_EVERY)) == COMPACT_EVERY  # the old version is intact
