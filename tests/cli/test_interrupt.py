@@ -169,4 +169,4 @@ def test_eval_stops_on_ctrl_c(work):
 
 def test_demo_stops_on_ctrl_c(work):
     interrupt(["demo", "--quick", "--out", "demo-out"], work, shows(r"\[1/"))
-    readable(work / "demo-out" / "lake")
+    readable(work / "demo-out" / "seed-0" / "lake")  # one directory per seed
