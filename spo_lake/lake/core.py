@@ -237,6 +237,9 @@ class Lake:
         try:
             yield lease
         except BaseException:
+            # A failure (a Ctrl-C) can land between a commit and its bookkeeping: what the log references stays.
+            for table in lease.tables:
+                lease.committed(table, [os.path.basename(unquote(f)) for f in self.files(table)])
             lease.discard()
             raise
         finally:
