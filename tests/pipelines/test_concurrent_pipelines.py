@@ -3,24 +3,14 @@ lake and on a real S3-compatible server (SeaweedFS on 127.0.0.1): keyed facts (v
 added only if absent, and sampling pipelines re-count their quota when a copy committed first (`Work`)."""
 from __future__ import annotations
 
-import uuid
 
 import pytest
 
 from spo_lake.cli.ingest_cmds import ingest_dataset
 from spo_lake.lake import Lake
-from tests.lake.test_concurrent_commits import run_all, s3_options  # noqa: F401 (s3_options is a fixture)
-from tests.s3server import storage_args
+from tests.lake.test_concurrent_commits import lake_at, run_all, s3_options  # noqa: F401 (fixtures)
 
 SHORT = "24"
-
-
-@pytest.fixture(params=["local", "s3"])
-def lake_at(request, tmp_path):
-    if request.param == "local":
-        return str(tmp_path / "lake"), [], None
-    options = request.getfixturevalue("s3_options")
-    return f"s3://lake/{uuid.uuid4().hex}", storage_args(options), options
 
 
 def one(lake: Lake, query: str) -> int:
