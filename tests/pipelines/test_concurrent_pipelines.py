@@ -4,7 +4,6 @@ added only if absent, and sampling pipelines re-count their quota when a copy co
 from __future__ import annotations
 
 
-import pytest
 
 from spo_lake.cli.ingest_cmds import ingest_dataset
 from spo_lake.lake import Lake
