@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from typing import Optional
 
 import typer
@@ -43,29 +44,30 @@ def register(app: typer.Typer) -> None:
                                                     "rollouts share them)"),
               resume: Optional[str] = typer.Option(None, help="continue the run in this directory exactly"),
               quiet: bool = typer.Option(False, help="no live progress display")) -> None:
-        """Train with SPO (or PPO) from a pinned lake snapshot mixed with online rollouts, writing them back."""
+        """Train with SPO (or PPO) from a pinned lake snapshot mixed with online rollouts, writing them back.
+        Under `torchrun --nproc_per_node N` each of the N processes trains on its share of every batch."""
         from spo_lake.rl.config import load_config
+        from spo_lake.rl.distributed import process_group
         from spo_lake.rl.trainer import Trainer
 
         quiet_transformers()
         overrides = flag_overrides(model=model, algorithm=algorithm, steps=steps, seed=seed, snapshot=snapshot,
                                    run_dir=run_dir, run_name=run_name, device=device,
                                    threads=threads) + list(set_ or [])
+        if resume and config:
+            raise ValueError("--resume continues the run's recorded config; drop --config (use --set to change keys)")
         lake = open_lake()
-        with console.status("setting up the run"):
-            if resume:
-                if config:
-                    raise ValueError("--resume continues the run's recorded config; drop --config "
-                                     "(use --set to change keys)")
-                trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet)
-            else:
-                trainer = Trainer(load_config(config, overrides), lake, show_progress=not quiet)
-        console.print(f"run {trainer.run_id}: snapshot {trainer.snapshot}, from step {trainer.step}, "
-                      f"directory {trainer.run_dir}")
-        last = trainer.train()
+        with process_group() as world:
+            with console.status("setting up the run") if world.main else nullcontext():
+                trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet) if resume else \
+                    Trainer(load_config(config, overrides), lake, show_progress=not quiet)
+            say = console.print if world.main else (lambda *_: None)  # one process speaks for the run
+            say(f"run {trainer.run_id}: snapshot {trainer.snapshot}, from step {trainer.step}, "
+                f"directory {trainer.run_dir}")
+            last = trainer.train()
         shown = ", ".join(f"{k}={v:.4g}" for k, v in last.items()
                           if isinstance(v, float) and not k.startswith(("seconds", "wait", "lr")))
-        console.print(f"run {trainer.run_id} finished at step {trainer.step}: {shown}")
+        say(f"run {trainer.run_id} finished at step {trainer.step}: {shown}")
 
     @app.command("eval")
     @user_errors

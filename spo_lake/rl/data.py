@@ -351,10 +351,13 @@ def fetch_problems(con, prompt_ids: Sequence[str]) -> dict[str, Problem]:
 class Mixer:
     """Draws every batch as fixed per-stream counts (fraction × batch size, spo_lake.rl.config.stream_counts),
     in stream order. Lake streams give their next rows; the online source (spo_lake.rl.rollout.OnlineSource, set
-    when its worker starts) gives the rollouts scheduled for the step."""
+    when its worker starts) gives the rollouts scheduled for the step. Rank `rank` of `ranks` training processes
+    reads every lake stream's next `ranks` × count rows and keeps its contiguous share of them."""
 
-    def __init__(self, lake_streams: dict[int, LakeStream], counts: list[int], online_index: int | None):
+    def __init__(self, lake_streams: dict[int, LakeStream], counts: list[int], online_index: int | None,
+                 rank: int = 0, ranks: int = 1):
         self.lake_streams, self.counts, self.online_index = lake_streams, counts, online_index
+        self.rank, self.ranks = rank, ranks
         self.online_source = None
 
     def draw(self, step: int) -> list[Example]:
@@ -363,7 +366,7 @@ class Mixer:
             if index == self.online_index:
                 batch += self.online_source.take(step, count)
             else:
-                batch += self.lake_streams[index].take(count)
+                batch += self.lake_streams[index].take(count * self.ranks)[self.rank * count : (self.rank + 1) * count]
         return batch
 
     def state_dict(self) -> dict[str, Any]:

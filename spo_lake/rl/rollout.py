@@ -5,7 +5,8 @@ Determinism despite the thread: the schedule is a function of the step alone. Th
   - prompts and the temperature ~ U(temperature_min, temperature_max) drawn from a RNG seeded by (seed, s),
   - the sampler seed derived from (seed, s),
   - the weights of policy version `behaviour_version(s)` (the number of optimizer updates behind them),
-so they are the same whatever the timing, and a resumed run regenerates exactly what it lost.
+so they are the same whatever the timing, and a resumed run regenerates exactly what it lost. Under torchrun every
+rank generates its own contiguous share of the step's prompts (spo_lake.rl.distributed), and rank 0 writes them all.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from spo_lake.pipelines.evaluate import evaluation_row
 from spo_lake.pipelines.judge import judge_many
 from spo_lake.pipelines.sample import derive_seed, render_prompt, sampled_id, sql_literal, tokenizer_id
 from spo_lake.rl.data import Example, fetch_problems, q0_or_nan
+from spo_lake.rl.distributed import World
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
 from spo_lake.tasks.normalize import response_hash
 
@@ -50,18 +52,23 @@ class RolloutSchedule:
     interval: int
     lag: int
     stop: tuple[str, ...] = ()
+    shard: int = 0  # this rank's share of each step's prompts (prompts_per_step each), of `shards`
+    shards: int = 1
 
     def version(self, step: int) -> int:
         return behaviour_version(step, self.interval, self.lag)
 
     def plan(self, step: int, n_prompts: int) -> tuple[list[int], float, int]:
-        """(indices into the prompt list, temperature, sampler seed) for a step."""
+        """(indices into the prompt list, temperature, sampler seed) of this shard for a step: the step's prompts are
+        drawn for all shards at once, and shard 0 samples with the seed a single process uses."""
         rng = random.Random(derive_seed(self.seed, "rollout", step))
-        if self.prompts_per_step <= n_prompts:
-            chosen = rng.sample(range(n_prompts), self.prompts_per_step)
-        else:
-            chosen = [rng.randrange(n_prompts) for _ in range(self.prompts_per_step)]
-        return chosen, rng.uniform(self.temperature_min, self.temperature_max), derive_seed(self.seed, "sample", step)
+        total = self.prompts_per_step * self.shards
+        chosen = rng.sample(range(n_prompts), total) if total <= n_prompts else \
+            [rng.randrange(n_prompts) for _ in range(total)]
+        mine = chosen[self.shard * self.prompts_per_step : (self.shard + 1) * self.prompts_per_step]
+        seed = derive_seed(self.seed, "sample", step) if self.shard == 0 else \
+            derive_seed(self.seed, "sample", step, self.shard)
+        return mine, rng.uniform(self.temperature_min, self.temperature_max), seed
 
 
 @dataclass
@@ -210,10 +217,11 @@ class RolloutWorker(threading.Thread):
         prompt_ids = [self.policy.encode_prompt(t) for t in texts]
         policy_lps = self._policy_logprobs(prompt_ids, results)
         out = Rollouts(step, version, temperature, [], [], [])
+        first = s.schedule.shard * len(results)  # sample indices count across the shards of a step
         for index, (result, verdict) in enumerate(zip(results, verdicts)):
             pid, q0_n, q0_success = entries[result.prompt_index]
             problem = problems[pid]
-            tid = sampled_id(s.run_id, pid, index, step)
+            tid = sampled_id(s.run_id, pid, first + index, step)
             out.examples.append(Example(
                 stream=s.stream_index, prompt_id=pid, prompt_ids=prompt_ids[result.prompt_index],
                 response_ids=list(result.token_ids), reward=verdict.reward, q0=q0_or_nan(q0_n, q0_success, s.beta, s.q0_prior),
@@ -222,7 +230,7 @@ class RolloutWorker(threading.Thread):
             out.trajectories.append(trajectory_row(
                 trajectory_id=tid, problem=problem, result=result, source=s.source, model_id=s.model_id,
                 run_id=s.run_id, policy_version=version, temperature=temperature, top_p=s.schedule.top_p,
-                tok_id=self.tok_id, metadata={"step": step, "sample_index": index}))
+                tok_id=self.tok_id, metadata={"step": step, "sample_index": first + index}))
             out.evaluations.append(evaluation_row(tid, get_task(problem.task).verifier_name(problem), verdict))
         return out
 
@@ -242,9 +250,12 @@ class OnlineSource:
     """Hands the trainer each step's rollouts (in step order) and writes them back to the lake as they are used."""
 
     def __init__(self, worker: RolloutWorker, appender: BufferedAppender | None, already_written: set[str],
-                 on_rollouts: Callable[[Rollouts], None] | None = None):
+                 on_rollouts: Callable[[Rollouts], None] | None = None, world: World = World(),
+                 write_back: bool | None = None):
         self.worker, self.appender, self.already_written = worker, appender, already_written
         self.on_rollouts = on_rollouts
+        # Under torchrun only rank 0 has an appender; every rank sends it its rollouts' rows.
+        self.world, self.write_back = world, appender is not None if write_back is None else write_back
 
     def take(self, step: int, n: int) -> list[Example]:
         while True:
@@ -259,14 +270,19 @@ class OnlineSource:
         if item.step != step or len(item.examples) != n:
             raise RuntimeError(f"rollout worker out of step: expected step {step} ({n} rollouts), "
                                f"got step {item.step} ({len(item.examples)})")
-        if self.appender is not None:
-            fresh = [i for i, row in enumerate(item.trajectories) if row["trajectory_id"] not in self.already_written]
-            # Verdicts are committed before the trajectories they describe (BufferedAppender's COMMIT_ORDER).
-            self.appender.add("evaluations", [item.evaluations[i] for i in fresh])
-            self.appender.add("trajectories", [item.trajectories[i] for i in fresh])
+        if self.write_back:
+            self._write_back(self.world.gather((item.evaluations, item.trajectories)))
         if self.on_rollouts:
             self.on_rollouts(item)
         return item.examples
+
+    def _write_back(self, ranks: list[tuple[list[dict], list[dict]]] | None) -> None:
+        """Append (each rank's) rows not written before; `ranks` is None on every rank but rank 0."""
+        for evaluations, trajectories in ranks or []:
+            fresh = [i for i, row in enumerate(trajectories) if row["trajectory_id"] not in self.already_written]
+            # Verdicts are committed before the trajectories they describe (BufferedAppender's COMMIT_ORDER).
+            self.appender.add("evaluations", [evaluations[i] for i in fresh])
+            self.appender.add("trajectories", [trajectories[i] for i in fresh])
 
 
 def written_trajectory_ids(lake: Lake, run_id: str) -> set[str]:

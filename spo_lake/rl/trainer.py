@@ -7,6 +7,7 @@ One step, top to bottom (`Trainer.train_step`):
         ref_lp    = log π0(response)                  # cached in the lake, else the live reference model
         loss      = Σ_streams spo_loss(...) / B       # each stream with its own objective and loss
         loss.backward()
+    (under torchrun: average the gradients over the ranks)
     clip gradients → AdamW step → LR schedule → publish the behaviour policy every model_update_interval steps
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from spo_lake.pipelines.sample import tokenizer_id
 from spo_lake.rl import run as rundir
 from spo_lake.rl.config import TrainConfig, apply_overrides, config_from_dict, stream_counts
 from spo_lake.rl.data import Batch, Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
+from spo_lake.rl.distributed import current_world
 from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problems
 from spo_lake.rl.losses import spo_loss
 from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
@@ -65,17 +67,23 @@ class Stats:
     def means(self) -> dict[str, float]:
         return {k: self.sums[k] / self.counts[k] for k in self.sums if self.counts[k]}
 
+    def merge(self, other: "Stats") -> None:
+        for key in other.sums:
+            self.add(key, other.sums[key], other.counts[key])
+
 
 class Trainer:
-    """A training run. `Trainer(config, lake)` starts a new one; `Trainer.resume(run_dir, lake)` continues one."""
+    """A training run. `Trainer(config, lake)` starts a new one; `Trainer.resume(run_dir, lake)` continues one.
+    Under torchrun (spo_lake.rl.distributed.process_group) it is one rank of the run."""
 
     def __init__(self, config: TrainConfig, lake: Lake, *, show_progress: bool = True, _resume_dir: Path | None = None):
-        self.lake, self.config, self.show_progress = lake, config, show_progress
+        self.world = current_world()
+        self.lake, self.config, self.show_progress = lake, config, show_progress and self.world.main
         self.resuming = _resume_dir is not None
         if _resume_dir is None:
-            self.run_id = config.run_name or new_run_id("train")
+            self.run_id = self.world.broadcast(config.run_name or new_run_id("train"))
             self.run_dir = Path(config.run_dir) / self.run_id
-            if self.run_dir.exists():
+            if self.world.main and self.run_dir.exists():
                 raise ValueError(f"run directory {self.run_dir} exists; continue it with --resume {self.run_dir}")
             self.checkpoint = None
         else:
@@ -84,9 +92,10 @@ class Trainer:
             self.checkpoint = checkpoints[-1] if checkpoints else None
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
-        # The rollout worker runs torch while the trainer updates: each gets its share of the cores.
+        # The rollout worker runs torch while the trainer updates, and so does every rank on this machine: each gets
+        # its share of the cores.
         online = any(s.kind == "online" for s in config.streams)
-        self.threads = use_threads(config.threads, concurrent=2 if online else 1)
+        self.threads = use_threads(config.threads, concurrent=(2 if online else 1) * self.world.local_size)
         self.sandbox = SandboxOptions(config.sandbox_timeout_s, config.sandbox_memory_mb, config.sandbox_mode)
         torch.manual_seed(config.seed)
         self.snapshot = self._pin_snapshot()
@@ -148,11 +157,11 @@ class Trainer:
     def _pin_snapshot(self) -> str:
         """The run reads one snapshot: the named one, or one it creates under its own id (re-used on resume)."""
         name = self.config.snapshot or self.run_id
-        existing = {s.name for s in self.lake.snapshots()}
-        if name not in existing:
+        if self.world.main and name not in {s.name for s in self.lake.snapshots()}:
             if self.config.snapshot:
                 raise ValueError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
             self.lake.snapshot(name, note=f"pinned by training run {self.run_id}")
+        self.world.barrier()  # the other ranks read the snapshot rank 0 pinned
         return name
 
     def _build_streams(self) -> None:
@@ -168,13 +177,15 @@ class Trainer:
             prompts = online_prompts(self.lake, self.snapshot, c.prompts_where, c.pi0_id, c.algorithm == "spo")
             schedule = RolloutSchedule(
                 c.seed, counts[online] // c.samples_per_prompt, c.samples_per_prompt, c.temperature_min,
-                c.temperature_max, c.top_p, c.max_new_tokens, c.behaviour_interval, c.rollout_lag, tuple(c.stop))
+                c.temperature_max, c.top_p, c.max_new_tokens, c.behaviour_interval, c.rollout_lag, tuple(c.stop),
+                self.world.rank, self.world.size)
             self.rollout_settings = RolloutSettings(
                 self.lake, self.snapshot, prompts, schedule, online, c.beta, c.algorithm, self.run_id, c.model,
                 self.sandbox, c.judge_workers, c.q0_prior)
-            self.appender = BufferedAppender(self.lake, flush_rows=c.flush_rows) if c.write_back else None
+            self.appender = BufferedAppender(self.lake, flush_rows=c.flush_rows) \
+                if c.write_back and self.world.main else None
         self.online_index = online
-        self.mixer = Mixer(self.lake_streams, counts, online)
+        self.mixer = Mixer(self.lake_streams, counts, online, self.world.rank, self.world.size)
 
     def _start_worker(self) -> None:
         if self.online_index is None:
@@ -189,8 +200,9 @@ class Trainer:
             if self.config.rollout_backend == "vllm" else None
         self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, self.step, self.config.steps,
                                     sampler)
-        written = written_trajectory_ids(self.lake, self.run_id) if self.resuming else set()
-        self.mixer.online_source = OnlineSource(self.worker, self.appender, written, self._record_rollouts)
+        written = written_trajectory_ids(self.lake, self.run_id) if self.resuming and self.world.main else set()
+        self.mixer.online_source = OnlineSource(self.worker, self.appender, written, self._record_rollouts,
+                                                self.world, self.config.write_back)
         self.worker.start()
 
     @property
@@ -249,6 +261,9 @@ class Trainer:
             tokens += batch.tokens
             self._batch_stats(batch, stats)
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        self.world.average_gradients(parameters)
+        if self.world.size > 1:  # the step's loss and diagnostics are the whole batch's, over every rank
+            total_loss, tokens, stats = self._across_ranks(total_loss, tokens, stats)
         grad_norm = torch.nn.utils.clip_grad_norm_(parameters, c.max_grad_norm)
         finite = bool(torch.isfinite(grad_norm))
         if finite:  # a non-finite gradient would turn every weight into NaN: skip the update, keep the schedule
@@ -256,6 +271,14 @@ class Trainer:
         self.scheduler.step()
         return {"loss": total_loss, **stats.means(), "grad_norm": float(grad_norm), "skipped_nonfinite": int(not finite),
                 "lr": self.scheduler.get_last_lr()[0], "tokens": tokens}
+
+    def _across_ranks(self, loss: float, tokens: int, stats: Stats) -> tuple[float, int, Stats]:
+        """Every rank's loss is its share's sum over the per-rank batch size: their mean is the whole batch's."""
+        ranks = self.world.all_gather((loss, tokens, stats))
+        merged = Stats()
+        for _, _, other in ranks:
+            merged.merge(other)
+        return sum(r[0] for r in ranks) / len(ranks), sum(r[1] for r in ranks), merged
 
     def _spo_loss(self, policy_lp: torch.Tensor, ref_lp: torch.Tensor, batch: Batch, stats: Stats) -> torch.Tensor:
         """Σ over the batch's streams of the summed per-sequence SPO losses, divided by the full batch size (so
@@ -308,18 +331,21 @@ class Trainer:
         return out
 
     def train(self) -> dict[str, Any]:
-        """Run to config.steps; returns the last step's metrics (plus the last evaluation)."""
-        c = self.config
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        """Run to config.steps; returns the last step's metrics (plus the last evaluation). Under torchrun only rank 0
+        writes (manifest, metrics, evaluations, checkpoints, lake rows): `main` guards each of those."""
+        c, main = self.config, self.world.main
         snap = self.lake.get_snapshot(self.snapshot)
         info = rundir.manifest(c.to_dict(), self.run_id, self.snapshot, snap.versions)
-        rundir.write_json_atomic(self.run_dir / "manifest.json", info)
-        self._runs_row("running", info, {})
+        if main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            rundir.write_json_atomic(self.run_dir / "manifest.json", info)
+            self._runs_row("running", info, {})
         # A run resumed before its first checkpoint starts over: nothing it logged is kept.
-        metrics_log = rundir.MetricsLog(self.run_dir, resume_step=(self.step or -1) if self.resuming else None)
+        metrics_log = rundir.MetricsLog(self.run_dir, resume_step=(self.step or -1) if self.resuming else None) \
+            if main else None
         last: dict[str, Any] = {}
         try:
-            if c.eval_every and self.step == 0:  # π0 itself: every curve starts from the same point
+            if c.eval_every and self.step == 0 and main:  # π0 itself: every curve starts from the same point
                 metrics_log.log({"step": 0, **self.evaluate()})
             self._start_worker()
             with progress_bar("loss", "reward", "tok_s", disable=not self.show_progress) as bar:
@@ -329,23 +355,27 @@ class Trainer:
                     record = {**self.train_step(), **self._last_rollouts,
                               "lake_rows_skipped": sum(s.skipped for s in self.lake_streams.values()),
                               "ref_cache_mismatch": sum(s.ref_recomputed for s in self.lake_streams.values())}
-                    if c.eval_every and self.step % c.eval_every == 0:
+                    if c.eval_every and self.step % c.eval_every == 0 and main:
                         record.update(self.evaluate())
-                    metrics_log.log(record)
+                    if main:
+                        metrics_log.log(record)
                     last.update(record)
                     reward = record.get(f"reward/{c.streams[self.online_index].name}") \
                         if self.online_index is not None else None
                     bar.update(task, completed=self.step, loss=f"{record['loss']:.4f}",
                                reward="-" if reward is None else f"{reward:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-                    if (c.checkpoint_every and self.step % c.checkpoint_every == 0) or self.step == c.steps:
+                    if ((c.checkpoint_every and self.step % c.checkpoint_every == 0) or self.step == c.steps) and main:
                         self.save_checkpoint()
         except BaseException:
-            self._runs_row("failed", info, last)
+            if main:
+                self._runs_row("failed", info, last)
             raise
         finally:
             self.close()
-            metrics_log.close()
-        self._runs_row("finished", info, last)
+            if main:
+                metrics_log.close()
+        if main:
+            self._runs_row("finished", info, last)
         return last
 
     def _runs_row(self, status: str, info: dict[str, Any], metrics: dict[str, Any]) -> None:
