@@ -92,6 +92,10 @@ class TrainConfig:
     sandbox_memory_mb: int = 512
     judge_workers: int = 2
     rollout_backend: str = "transformers"  # what samples the online rollouts: transformers | vllm
+    # where the rollout policy samples: local = a thread of the trainer process; ray = a Ray actor that is sent each
+    # new policy version (spo_lake.rl.ray_rollout). Judging and write-back stay in the trainer process.
+    executor: str = "local"
+    ray_address: str = ""  # executor = "ray": the Ray cluster to join; "" = start a local instance
     # PPO (paper §3.1.4)
     value_lr: float = 1e-5
     gamma: float = 1.0
@@ -168,6 +172,8 @@ def validate(c: TrainConfig) -> TrainConfig:
     _check(c.dtype in ("auto", "float32", "bfloat16", "float16"), f"config: dtype {c.dtype!r} unknown")
     _check(c.rollout_backend in ("transformers", "vllm"),
            f"config: rollout_backend {c.rollout_backend!r} not in ('transformers', 'vllm')")
+    _check(c.executor in ("local", "ray"), f"config: executor {c.executor!r} not in ('local', 'ray')")
+    _check(not c.ray_address or c.executor == "ray", "config: ray_address needs executor = \"ray\"")
     _check(c.keep_checkpoints >= 1, "config: keep_checkpoints must be >= 1")
     _check(bool(c.streams), "config: at least one [[streams]] entry is needed")
     names = [s.name for s in c.streams]

@@ -35,6 +35,7 @@ from spo_lake.rl.distributed import current_world
 from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problems
 from spo_lake.rl.losses import spo_loss
 from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
+from spo_lake.rl.ray_rollout import RayPolicy
 from spo_lake.rl.rollout import (
     OnlineSource, PolicyVersions, RolloutSchedule, RolloutSettings, RolloutWorker, Rollouts, written_trajectory_ids,
 )
@@ -172,7 +173,7 @@ class Trainer:
         self.lake_streams = {i: LakeStream(self.lake, self.snapshot, s, i, settings, self.policy)
                              for i, s in enumerate(c.streams) if s.kind == "lake"}
         online = next((i for i, s in enumerate(c.streams) if s.kind == "online"), None)
-        self.worker, self.appender = None, None
+        self.worker, self.appender, self.sampler = None, None, None
         if online is not None:
             prompts = online_prompts(self.lake, self.snapshot, c.prompts_where, c.pi0_id, c.algorithm == "spo")
             schedule = RolloutSchedule(
@@ -196,10 +197,13 @@ class Trainer:
         if schedule.version(self.step) not in self.versions.state_dict():
             raise RuntimeError(f"checkpoint of step {self.step} lacks the behaviour-policy weights of version "
                                f"{schedule.version(self.step)} that its next rollouts need")
-        sampler = load_policy(self.config.model, backend="vllm", dtype=str(self.dtype).removeprefix("torch.")) \
-            if self.config.rollout_backend == "vllm" else None
-        self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, self.step, self.config.steps,
-                                    sampler)
+        c, dtype = self.config, str(self.dtype).removeprefix("torch.")
+        if c.executor == "ray":  # the behaviour policy samples in a Ray actor, sent every version it needs
+            self.sampler = RayPolicy(self.policy, c.rollout_backend, dtype, self.threads, c.ray_address)
+        elif c.rollout_backend == "vllm":
+            self.sampler = load_policy(c.model, backend="vllm", dtype=dtype)
+        self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, self.step, c.steps,
+                                    self.sampler)
         written = written_trajectory_ids(self.lake, self.run_id) if self.resuming and self.world.main else set()
         self.mixer.online_source = OnlineSource(self.worker, self.appender, written, self._record_rollouts,
                                                 self.world, self.config.write_back)
@@ -390,6 +394,8 @@ class Trainer:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.stop()
+        if isinstance(self.sampler, RayPolicy):
+            self.sampler.close()
         if self.appender is not None:
             self.appender.flush()
         for stream in self.lake_streams.values():
