@@ -1,6 +1,7 @@
 """executor = "ray": the behaviour policy samples in a Ray actor that is sent each new policy version, on a local 2-CPU
 Ray instance started here (and shut down after), against the local rollout thread of the same run."""
 import json
+import re
 import time
 
 import pytest
@@ -80,3 +81,12 @@ def test_ray_rollout_actor_follows_the_policy_versions_and_reproduces_the_local_
     for key, row in local.items():
         assert ray_a[key]["token_ids"] == row["token_ids"], key
         assert ray_a[key]["behavior_logprobs"] == pytest.approx(row["behavior_logprobs"], abs=1e-5), key
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (['executor="spark"'], "config: executor 'spark' not in ('local', 'ray')"),
+    (['ray_address="auto"'], 'config: ray_address needs executor = "ray"'),
+])
+def test_executor_keys_are_checked(tiny_model_dir, overrides, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_config(None, [f'model="{tiny_model_dir}"', *overrides])
