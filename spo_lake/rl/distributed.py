@@ -54,7 +54,9 @@ class World:
         return out
 
     def average_gradients(self, parameters: Iterable[torch.nn.Parameter]) -> None:
-        """Replace every gradient by its mean over the ranks: one all-reduce of all of them, flattened."""
+        """Replace every gradient by its mean over the ranks: one all-reduce of all of them, flattened. Explicit
+        rather than a DistributedDataParallel wrapper: the trainer keeps calling its own modules (policy, value model,
+        the rollout worker's copy), and micro-batch accumulation needs no `no_sync`."""
         if self.size == 1:
             return
         params = list(parameters)
