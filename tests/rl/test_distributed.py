@@ -114,6 +114,8 @@ def test_each_rank_rolls_out_its_own_share_of_the_step_prompts_and_rank_0_writes
     runs = tmp_path / "online"
     lines = settings(tiny_model_dir, runs, True, steps=2, run_name="ddp-online")
     torchrun(lake, runs, set_args(lines))
+    # resumed at step 2, every rank samples step 2 with version 1: weights rank 0 checkpointed
+    torchrun(lake, runs, ["--resume", str(runs / "ddp-online"), "--set", "steps=3"])
 
     rows = lake.sql("SELECT prompt_id, policy_version, metadata FROM trajectories WHERE run_id = 'ddp-online'"
                     ).to_pylist()
@@ -122,10 +124,11 @@ def test_each_rank_rolls_out_its_own_share_of_the_step_prompts_and_rank_0_writes
     # 2 online sequences per rank and step, one sample per prompt: the whole step's plan is 4 prompts
     plan = RolloutSchedule(config.seed, 4, 1, config.temperature_min, config.temperature_max, config.top_p,
                            MAX_NEW_TOKENS, 1, config.rollout_lag)
-    for step in range(2):
+    assert len(rows) == 3 * 4
+    for step in range(3):
         at_step = sorted((json.loads(r["metadata"])["sample_index"], r["prompt_id"], r["policy_version"])
                          for r in rows if json.loads(r["metadata"])["step"] == step)
         chosen, _, _ = plan.plan(step, len(prompts))
         assert at_step == [(i, prompts[c], behaviour_version(step, 1, 1)) for i, c in enumerate(chosen)]
     metrics = read_metrics(runs / "ddp-online")
-    assert [m["step"] for m in metrics] == [1, 2] and all(m["policy_version"] == 0 for m in metrics)
+    assert [(m["step"], m["policy_version"]) for m in metrics] == [(1, 0), (2, 0), (3, 1)]
