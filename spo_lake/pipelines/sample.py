@@ -91,7 +91,8 @@ def _version(package: str) -> str | None:
 
 @contextmanager
 def recorded_run(lake: Lake, kind: str, config: dict[str, Any]) -> Iterator[RunRecord]:
-    """A `runs` row with status running, then finished (with the metrics the body filled in) or failed."""
+    """A `runs` row with status running, then finished (with the metrics the body filled in), failed (an error) or
+    interrupted (Ctrl-C, a termination signal: BaseExceptions that are not errors)."""
     run = RunRecord(new_run_id(kind))
     versions = {p: _version(p) for p in ("spo-lake", "torch", "transformers")}
 
@@ -103,8 +104,8 @@ def recorded_run(lake: Lake, kind: str, config: dict[str, Any]) -> Iterator[RunR
     write("running")
     try:
         yield run
-    except BaseException:
-        write("failed")
+    except BaseException as exc:
+        write("failed" if isinstance(exc, Exception) else "interrupted")
         raise
     write("finished")
 

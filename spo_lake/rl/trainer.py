@@ -370,9 +370,9 @@ class Trainer:
                                reward="-" if reward is None else f"{reward:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
                     if ((c.checkpoint_every and self.step % c.checkpoint_every == 0) or self.step == c.steps) and main:
                         self.save_checkpoint()
-        except BaseException:
-            if main:
-                self._runs_row("failed", info, last)
+        except BaseException as exc:
+            if main:  # Ctrl-C and termination signals are BaseExceptions that are not errors
+                self._runs_row("failed" if isinstance(exc, Exception) else "interrupted", info, last)
             raise
         finally:
             self.close()

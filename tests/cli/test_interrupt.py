@@ -89,6 +89,12 @@ def readable(lake: Path) -> dict[str, int]:
     return {r["t"]: r["n"] for r in opened.sql(query).to_pylist()}
 
 
+def run_statuses(lake: Path) -> dict[str, str]:
+    """Each run's latest status in the runs table."""
+    query = "SELECT run_id, arg_max(status, created_at) AS status FROM runs GROUP BY run_id"
+    return {r["run_id"]: r["status"] for r in Lake.open(lake).sql(query).to_pylist()}
+
+
 def interrupt(args: list[str], cwd: Path, ready: Callable[[Verb], bool]) -> Verb:
     verb = Verb(args, cwd)
     verb.wait_until(ready)
@@ -156,8 +162,13 @@ def test_ingest_stops_all_or_nothing_and_a_rerun_lands_everything(work):
 def test_a_long_verb_stops_on_ctrl_c(work, verb, args, label):
     if verb == "evaluate":
         assert readable(work / "lake")["trajectories"] > BIG, "needs the unjudged rows the ingest test lands first"
+    before = run_statuses(work / "lake")
     interrupt(["--lake", "lake", verb, *args], work, shows(label))
     readable(work / "lake")
+    new = {run: status for run, status in run_statuses(work / "lake").items() if run not in before}
+    if verb in ("sample", "q0", "pts", "refprobs", "train", "pipeline"):  # the verbs that record runs
+        assert new and set(new.values()) == {"interrupted"}, new
+    assert not {"running", "failed"} & set(new.values()), new
 
 
 def test_eval_stops_on_ctrl_c(work):
