@@ -35,7 +35,8 @@ class DemoScale:
 
     train_prompts: int
     eval_prompts: int
-    tiny_steps: int
+    tiny_steps: int  # π0's SFT steps
+    cot_steps: int  # the CoT-like source's SFT steps
     reference_samples: int
     cot_samples: int
     q0_samples: int
@@ -48,11 +49,11 @@ class DemoScale:
     eval_max_prompts: int
 
 
-QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=300, reference_samples=2, cot_samples=1,
-                  q0_samples=8, pts_rollouts=4, pts_trajectories=6, train_steps=24, online_per_step=16, lr=1e-4,
-                  eval_every=12, eval_max_prompts=30)
-FULL = DemoScale(train_prompts=1000, eval_prompts=100, tiny_steps=500, reference_samples=2, cot_samples=1,
-                 q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=90, online_per_step=16, lr=1e-4,
+QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=600, cot_steps=200, reference_samples=2,
+                  cot_samples=1, q0_samples=4, pts_rollouts=4, pts_trajectories=6, train_steps=30, online_per_step=16,
+                  lr=1e-4, eval_every=30, eval_max_prompts=30)
+FULL = DemoScale(train_prompts=1000, eval_prompts=100, tiny_steps=1500, cot_steps=500, reference_samples=2,
+                 cot_samples=1, q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=90, online_per_step=16, lr=1e-4,
                  eval_every=45, eval_max_prompts=60)
 FULL_SEEDS = (0, 1, 2)
 
@@ -88,6 +89,7 @@ def recipe_vars(out: Path, scale: DemoScale, seed: int) -> dict[str, str]:
     return {
         "out": str(out), "seed": str(seed), "train_prompts": str(scale.train_prompts),
         "eval_prompts": str(scale.eval_prompts), "eval_seed": str(1000 + seed), "tiny_steps": str(scale.tiny_steps),
+        "cot_steps": str(scale.cot_steps),
         "reference_samples": str(scale.reference_samples), "cot_samples": str(scale.cot_samples),
         "q0_samples": str(scale.q0_samples), "pts_rollouts": str(scale.pts_rollouts), "snapshot": f"demo-{seed}",
         # a deterministic subset of successful trajectories, so PTS cost is bounded

@@ -1,8 +1,11 @@
 """The built-in tiny policy: a ~1 M-parameter LlamaForCausalLM SFT-trained on countdown on one CPU core (~2-3 min).
 
 It exists so a first run needs no hub download and no GPU, and it is meant to be a *useful* π0 for RL:
-diverse and imperfect (success at temperature 1 on held-out problems between 10 % and 60 %). It learns from
-solver solutions mixed with near-misses (off-by-a-bit targets, a number used twice, random expressions).
+diverse and imperfect. It learns from solver solutions mixed with near-misses (off-by-a-bit targets, a number
+used twice, random expressions), and, like a model fine-tuned on chatty data, it often signs off with a line
+after its answer ("Hope this helps!"), which the verifier (the answer is the last line) always rejects. That
+habit is what RL can fix in minutes on a CPU and what carries over to unseen problems; the arithmetic itself
+improves far more slowly (README, "The demo").
 
 Two styles: "direct" answers with the expression only; "cot" first writes one reasoning line with the
 intermediate results ("12+4=16, 16*2=32") and puts the expression on the last line, which is where the
@@ -52,6 +55,7 @@ class TinyConfig:
     n_problems: int = 4000
     answers_per_problem: int = 4
     near_miss_fraction: float = 0.1
+    sign_off_fraction: float = 0.5  # answers followed by a sign-off line: a habit that fails verification
     hidden_size: int = 128
     intermediate_size: int = 384
     num_layers: int = 4
@@ -203,7 +207,7 @@ def build_tiny_model(
         with console.status("tiny model: generating countdown training data"):
             pairs = training_pairs(
                 config.n_problems, TRAIN_SEED_OFFSET + config.seed, config.style, config.near_miss_fraction,
-                config.answers_per_problem,
+                config.answers_per_problem, config.sign_off_fraction,
             )
             tokenizer = build_tokenizer([text for pair in pairs for text in pair])
         model = make_model(config, tokenizer)

@@ -88,10 +88,15 @@ def near_miss(numbers: list[int], target: int, correct: str, rng: random.Random)
     return random_expression(numbers, rng)
 
 
+SIGN_OFF = "Hope this helps!"  # a line after the answer: the verifier reads the last line, so it always fails
+
+
 def training_pairs(
-    n_problems: int, seed: int, style: str, near_miss_fraction: float, per_problem: int = 4
+    n_problems: int, seed: int, style: str, near_miss_fraction: float, per_problem: int = 4,
+    sign_off_fraction: float = 0.0,
 ) -> list[tuple[str, str]]:
-    """(prompt, response) texts: `per_problem` answers for each of n_problems generated problems."""
+    """(prompt, response) texts: `per_problem` answers for each of n_problems generated problems; a
+    `sign_off_fraction` of them end with SIGN_OFF on a line of its own."""
     rng = random.Random(seed)
     pairs = []
     for _ in range(n_problems):
@@ -106,5 +111,7 @@ def training_pairs(
             if style == "cot":
                 reasoning = reasoning_line(answer)
                 answer = f"{reasoning}\n{answer}" if reasoning else answer  # a bare number has no steps
+            if rng.random() < sign_off_fraction:
+                answer = f"{answer}\n{SIGN_OFF}"
             pairs.append((format_prompt_text(numbers, target), answer))
     return pairs

@@ -1,4 +1,5 @@
-"""The built-in tiny model: a useful π0 (success in range), deterministic builds, the CoT variant's format."""
+"""The built-in tiny model: a useful π0 (success in range, its sign-off habit), deterministic builds, the CoT
+variant's format."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.tiny import build_tiny_model
-from spo_lake.models.tiny_data import exact_steps, reasoning_line, training_pairs
+from spo_lake.models.tiny_data import SIGN_OFF, exact_steps, reasoning_line, training_pairs
 from spo_lake.tasks.base import Problem, SandboxOptions
 from spo_lake.tasks.countdown import TASK, check_structure, extract_answer, make_problems
 
@@ -30,12 +31,25 @@ def test_success_rate_at_temperature_one_is_a_useful_pi0(tiny_model_dir):
     policy = TransformersPolicy.from_pretrained(str(tiny_model_dir), batch_size=200)
     results = policy.sample([p.prompt for p in problems], n=2, temperature=1.0, top_p=1.0, max_new_tokens=32, seed=0)
     verdicts = TASK.verify_many([(problems[r.prompt_index], r.text) for r in results], SandboxOptions())
-    success = sum(v.passed for v in verdicts) / len(verdicts)
-    assert 0.10 <= success <= 0.60, f"success rate {success:.2f}"
-    # Imperfect yet competent: mostly well-formed answers, and diverse ones.
-    legal = sum(check_structure(extract_answer(r.text), problems[r.prompt_index].tests["numbers"]).ok for r in results)
-    assert legal / len(results) >= 0.35
+    # The sign-off habit (about half the answers at the default 0.5) always fails: the answer must be the last line.
+    signed = [r.text.strip().endswith(SIGN_OFF) for r in results]
+    assert 0.3 <= sum(signed) / len(results) <= 0.7
+    assert not any(v.passed for v, s in zip(verdicts, signed) if s)
+    # Without it, imperfect yet competent: success in range, mostly well-formed answers, and diverse ones.
+    plain = [(r, v) for (r, v), s in zip(zip(results, verdicts), signed) if not s]
+    success = sum(v.passed for _, v in plain) / len(plain)
+    assert 0.10 <= success <= 0.60, f"success rate without a sign-off {success:.2f}"
+    legal = sum(check_structure(extract_answer(r.text), problems[r.prompt_index].tests["numbers"]).ok for r, _ in plain)
+    assert legal / len(plain) >= 0.35
     assert len({(r.prompt_index, r.text) for r in results}) >= 0.75 * len(results)
+
+
+def test_sign_offs_make_up_the_configured_share_and_follow_the_answer():
+    pairs = training_pairs(300, seed=5, style="direct", near_miss_fraction=0.0, sign_off_fraction=0.4)
+    signed = [r for _, r in pairs if r.endswith("\n" + SIGN_OFF)]
+    assert 0.33 <= len(signed) / len(pairs) <= 0.47
+    assert all(r.count("\n") == 1 for r in signed)  # the answer itself, then the sign-off line
+    assert not any(SIGN_OFF in r for _, r in training_pairs(100, seed=5, style="cot", near_miss_fraction=0.1))
 
 
 def test_builds_are_deterministic_for_a_seed(tmp_path):
