@@ -1,0 +1,160 @@
+"""`spolake chain` end to end: tiny π0, countdown, real lake, real sandbox, `spolake train` children."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.lake import Lake
+from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.identity import model_identity
+from spo_lake.pipelines.q0 import q0
+from spo_lake.pipelines.refprobs import refprobs
+from spo_lake.rl.config import load_config
+from spo_lake.rl.run import checkpoint_dirs, read_metrics
+
+STEPS = 4  # online rollouts per step: 4 (batch 8, half online)
+
+
+@pytest.fixture()
+def lake(tmp_path, tiny_model_dir) -> Lake:
+    """4 countdown problems with solver solutions, π0's Q0 counts and cached log-probs of the solutions."""
+    policy = TransformersPolicy.from_pretrained(str(tiny_model_dir))
+    lake = Lake.init(tmp_path / "lake")
+    ingest_dataset(lake, "countdown", None, n=4, seed=0)
+    q0(lake, policy, k=4, max_new_tokens=16, show_progress=False)
+    refprobs(lake, policy, where="t.source = 'human'", show_progress=False)
+    return lake
+
+
+def write_config(tmp_path: Path, model: Path, steps: int = STEPS) -> Path:
+    path = tmp_path / "run.toml"
+    path.write_text(f"""
+model = "{model}"
+steps = {steps}
+batch_size = 8
+lr = 5e-4
+warmup_steps = 1
+max_new_tokens = 16
+model_update_interval = 2
+checkpoint_every = 2
+judge_workers = 1
+loss = "squared"
+
+[[streams]]
+name = "online"
+kind = "online"
+fraction = 0.5
+
+[[streams]]
+name = "lake"
+kind = "lake"
+fraction = 0.5
+where = "passed"
+
+[chain]
+name = "c"
+dir = "{tmp_path / 'chains'}"
+
+[[chain.between]]
+run = "evaluate"
+
+[[chain.between]]
+run = "dedup"
+
+[[chain.between]]
+run = "refprobs"
+model = "{model}"
+where = "t.source = 'spo'"
+""")
+    return path
+
+
+def chain_cmd(lake: Lake, config: Path, runs: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "spo_lake.cli.app", "--lake", lake.root, "chain", "--config", str(config),
+            "--runs", str(runs), "--quiet", *extra]
+
+
+def count(lake: Lake, sql: str, snapshot: str | None = None) -> int:
+    return lake.sql(f"SELECT count(*) AS n FROM {sql}", snapshot).column("n")[0].as_py()
+
+
+def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(lake, tiny_model_dir, tmp_path):
+    config = write_config(tmp_path, tiny_model_dir, steps=6)
+    root = tmp_path / "chains" / "c"
+    # Kill the chain (and its training child) once run 2 has a checkpoint but has not finished.
+    process = subprocess.Popen(chain_cmd(lake, config, 2), start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while not checkpoint_dirs(root / "runs" / "c-run-2") and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+    killed = json.loads((root / "manifest.json").read_text())
+    assert [r["status"] for r in killed["runs"]] == ["finished", "pinned"]
+    run1_metrics = (root / "runs" / "c-run-1" / "metrics.jsonl").read_text()
+
+    again = subprocess.run(chain_cmd(lake, config, 2), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    said = again.stdout + again.stderr
+    assert "finished earlier, skipped" in said and "--resume" in said
+    assert (root / "runs" / "c-run-1" / "metrics.jsonl").read_text() == run1_metrics  # run 1 was not re-trained
+
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert [(r["run"], r["run_id"], r["snapshot"], r["status"]) for r in manifest["runs"]] == \
+        [(1, "c-run-1", "c-run-1", "finished"), (2, "c-run-2", "c-run-2", "finished")]
+    for r in manifest["runs"]:
+        assert r["snapshot_versions"] == lake.get_snapshot(r["snapshot"]).versions
+        resolved = load_config(r["config"])  # re-trains the run exactly: same snapshot, same everything
+        assert (resolved.snapshot, resolved.run_name, resolved.model) == (r["snapshot"], r["run_id"],
+                                                                         str(tiny_model_dir))
+        assert Path(r["checkpoint"]).name == "step-0000006"
+    assert [m["step"] for m in read_metrics(root / "runs" / "c-run-2")] == list(range(1, 7))
+
+    # Run 1's rollouts (with verdicts, deduped, with π0 log-probs) are in run 2's snapshot and not in run 1's.
+    rows = "trajectories WHERE run_id = 'c-run-1'"
+    assert count(lake, rows, "c-run-1") == 0
+    assert count(lake, rows, "c-run-2") == count(lake, rows) == 6 * 4
+    pi0 = model_identity(str(tiny_model_dir))
+    for table, key in (("evaluations", "trajectory_id"), ("duplicates", "trajectory_id"),
+                       ("(SELECT DISTINCT trajectory_id FROM logprobs WHERE model_id = '" + pi0 + "')",
+                        "trajectory_id")):
+        assert count(lake, f"{table} x JOIN {rows.replace('WHERE', 't ON t.trajectory_id = x.' + key + ' AND')}",
+                     "c-run-2") >= 6 * 4, table
+    # the killed child's rollouts were not written twice
+    assert count(lake, "trajectories WHERE run_id = 'c-run-2'") == 6 * 4
+
+
+def test_from_previous_checkpoint_trains_run_2_from_run_1s_weights_with_pi0_as_reference(lake, tiny_model_dir,
+                                                                                        tmp_path):
+    config = write_config(tmp_path, tiny_model_dir, steps=2)
+    result = subprocess.run(chain_cmd(lake, config, 2, "--from-previous-checkpoint", "--set", "lr=1e-3"),
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = json.loads((tmp_path / "chains" / "c" / "manifest.json").read_text())["runs"]
+    second = json.loads(Path(runs[1]["run_dir"], "manifest.json").read_text())["config"]
+    assert second["model"] == runs[0]["checkpoint"] and second["reference"] == str(tiny_model_dir)
+    assert second["lr"] == 1e-3
+    # the weights run 2 started from are run 1's: its rollouts of step 0 carry the checkpoint as their model
+    models = lake.sql("SELECT DISTINCT model_id FROM trajectories WHERE run_id = 'c-run-2'").column(0).to_pylist()
+    assert models == [runs[0]["checkpoint"]]
+
+    # the same command with another setting is refused: the chain was started with a different config
+    changed = subprocess.run(chain_cmd(lake, config, 3, "--from-previous-checkpoint"), capture_output=True,
+                             text=True, timeout=120)
+    assert changed.returncode != 0 and "different base_config" in changed.stderr
+
+
+def test_a_bad_between_step_is_named_with_its_line(tmp_path, tiny_model_dir):
+    from spo_lake.recipes.chain import load_chain
+
+    config = write_config(tmp_path, tiny_model_dir)
+    config.write_text(config.read_text() + '\n[[chain.between]]\nrun = "dedup"\nmodel = "x"\n')
+    with pytest.raises(ValueError, match=r"run.toml.*chain.between\[3\] \(dedup\): unknown key\(s\) \['model'\]"):
+        load_chain(config)
