@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.identity import model_identity
 from spo_lake.pipelines.q0 import q0
 from spo_lake.pipelines.refprobs import refprobs
+from spo_lake.rl.batches import batch_sources
 from spo_lake.rl.config import load_config
+from spo_lake.rl.data import LakeStream, StreamSettings
 from spo_lake.rl.run import checkpoint_dirs, read_metrics
 
 STEPS = 4  # online rollouts per step: 4 (batch 8, half online)
@@ -129,6 +132,24 @@ def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(l
                      "c-run-2") >= 6 * 4, table
     # the killed child's rollouts were not written twice
     assert count(lake, "trajectories WHERE run_id = 'c-run-2'") == 6 * 4
+
+    # Run 2's batches by source: its own 24 rollouts, and 24 lake rows whose sources are those the trainer's own
+    # stream reader draws at that snapshot (solver solutions, π0's Q0 samples and run 1's correct rollouts).
+    table = batch_sources(lake, root / "runs" / "c-run-2").to_pylist()
+    assert [(r["stream"], r["source"], r["sequences"]) for r in table if r["kind"] == "online"] == [("online", "spo", 24)]
+    config = load_config(manifest["runs"][1]["config"])
+    settings = StreamSettings(config.pi0_id, config.beta, config.seed, config.max_response_tokens, True,
+                              config.page_size, config.q0_prior)
+    stream = LakeStream(lake, "c-run-2", config.streams[1], 1, settings,
+                        TransformersPolicy.from_pretrained(str(tiny_model_dir)))
+    drawn = [e.trajectory_id for e in stream.take(6 * 4)]
+    sources = lake.sql("SELECT trajectory_id, source FROM trajectories").to_pylist()
+    expected = Counter({r["trajectory_id"]: r["source"] for r in sources}[t] for t in drawn)
+    assert {r["source"]: r["sequences"] for r in table if r["kind"] == "lake"} == expected
+    assert {"human", "spo"} <= set(expected) and stream.size < 24  # it wrapped around into a second epoch
+    csv = subprocess.run([sys.executable, "-m", "spo_lake.cli.app", "--lake", lake.root, "report", "batch",
+                          str(root / "runs" / "c-run-2"), "--format", "csv"], capture_output=True, text=True)
+    assert csv.returncode == 0 and csv.stdout.splitlines()[0].startswith('"stream","kind","source","sequences"')
 
 
 def test_from_previous_checkpoint_trains_run_2_from_run_1s_weights_with_pi0_as_reference(lake, tiny_model_dir,
