@@ -13,8 +13,9 @@ The config is a run config (spo_lake.rl.config) plus an optional `[chain]` table
     run = "refprobs"            # cached π0 log-probs for the new trajectories
     model = "models/pi0"
 
-The chain sets three keys of every run: `snapshot` (<name>-run-<k>, pinned just before the run), `run_dir` and
-`run_name`; with `from_previous_checkpoint` also `model` (run k−1's final checkpoint; π0 stays the reference).
+The chain sets four keys of every run: `snapshot` (<name>-run-<k>, pinned just before the run), `run_dir`,
+`run_name` and `seed` (the config's seed + k − 1); with `from_previous_checkpoint` also `model` (run k−1's final
+checkpoint; π0 stays the reference).
 Q0 counts are the lake's (the `values` table), so every run reuses them; a `q0` between step tops them up.
 Each run is a `spolake train` child process. manifest.json lists every run with its snapshot, its table versions
 and its resolved config file, which `spolake train --config` re-trains exactly. Re-running the same command after
@@ -157,8 +158,9 @@ def _write_config(spec: ChainSpec, manifest: dict[str, Any], k: int) -> Path:
     target = spec.root / "configs" / f"run-{k}.toml"
     if target.exists():
         return target
+    # seed + k − 1: a run from π0 with the previous run's seed would redraw that run's first rollouts.
     config = {**spec.base, "snapshot": spec.run_name(k), "run_dir": str(spec.root / "runs"),
-              "run_name": spec.run_name(k)}
+              "run_name": spec.run_name(k), "seed": spec.base["seed"] + k - 1}
     if spec.from_previous_checkpoint and k > 1:
         # The lake's cached log-probs and Q0 counts are π0's: π0 stays the reference while the policy continues.
         config.update(model=manifest["runs"][k - 2]["checkpoint"], reference=spec.base["reference"] or spec.base["model"])

@@ -115,8 +115,8 @@ def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(l
     for r in manifest["runs"]:
         assert r["snapshot_versions"] == lake.get_snapshot(r["snapshot"]).versions
         resolved = load_config(r["config"])  # re-trains the run exactly: same snapshot, same everything
-        assert (resolved.snapshot, resolved.run_name, resolved.model) == (r["snapshot"], r["run_id"],
-                                                                         str(tiny_model_dir))
+        assert (resolved.snapshot, resolved.run_name, resolved.model, resolved.seed) == \
+            (r["snapshot"], r["run_id"], str(tiny_model_dir), r["run"] - 1)
         assert Path(r["checkpoint"]).name == "step-0000006"
     assert [m["step"] for m in read_metrics(root / "runs" / "c-run-2")] == list(range(1, 7))
 
