@@ -151,8 +151,8 @@ def summarise(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
     for k in (1, 10):
         a = [per_prompt_pass(s["arms"]["chain"]["final_held_out"], k) for s in per_seed]
         b = [per_prompt_pass(s["arms"]["independent"]["final_held_out"], k) for s in per_seed]
-        out[f"pass@{k}"] = asdict(paired_prompt_difference(a, b)) | {
-            "verdict": paired_prompt_difference(a, b).verdict}
+        difference = paired_prompt_difference(a, b)
+        out[f"pass@{k}"] = asdict(difference) | {"verdict": difference.verdict}
     known = paired_seed_difference([s["arms"]["chain"]["curve"][-1]["known_prompts"] for s in per_seed],
                                    [s["arms"]["independent"]["curve"][-1]["known_prompts"] for s in per_seed])
     out["known_prompts"] = asdict(known) | {"verdict": known.verdict}
