@@ -25,6 +25,8 @@ from spo_lake.demo.run import (
 )
 from spo_lake.demo.stats import mean_std, paired_prompt_difference, paired_seed_difference, per_prompt_pass
 from spo_lake.lake import Lake, table_names
+from spo_lake.pipelines.dedup import dedup
+from spo_lake.pipelines.evaluate import evaluate
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
 from spo_lake.pipelines.views import first_solved, prompt_solves
 from spo_lake.recipes.chain import ChainSpec, run_chain
@@ -94,6 +96,9 @@ def run_arms(seed_dir: Path, scale: DemoScale, seed: int, runs: int, log: Callab
         {"run": "refprobs", "model": pi0, "where": "t.source = 'spo'"}])
     manifest = run_chain(spec, lakes["chain"], runs, log=log)
     chain = [Path(r["run_dir"]) for r in manifest["runs"][:runs]]
+    for lake in lakes.values():  # both lakes measured alike: every trajectory judged and hashed
+        evaluate(lake, show_progress=False)
+        dedup(lake, show_progress=False)
     return {"steps": steps, "budget": budget, "lakes": lakes, "runs": {"independent": independent, "chain": chain}}
 
 
@@ -204,9 +209,9 @@ def write_report(out: Path, per_seed: list[dict[str, Any]], settings: dict[str, 
         lines.append(f"- {key}: {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}], per seed "
                      f"{', '.join(f'{x:+.4f}' for x in d['per_seed'])}: **{d['verdict']}**")
     wins = [k for k, d in summary.items() if d["verdict"] == "holds"]
-    others = ", ".join(f"{k}: {d['verdict']}" for k, d in summary.items() if k not in wins)
-    lines += ["", f"Does the chain win? {'yes on ' + ', '.join(wins) if wins else 'not shown on any measure'}"
-              + (f" (others {others})." if others else "."),
+    answer = "yes" if len(wins) == len(summary) else f"on {', '.join(wins)} only" if wins else "not shown"
+    lines += ["", f"Does the chain win? **{answer}** (" + ", ".join(f"{k}: {d['verdict']}" for k, d in
+                                                                   summary.items()) + ")",
               "", "## First solved by (training prompts, the solver's solutions excluded)", ""]
     for s in per_seed:
         for arm in ARMS:

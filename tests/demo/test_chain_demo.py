@@ -28,6 +28,8 @@ def test_chain_demo_runs_both_arms_on_copies_of_the_seed_lake_and_reports(tmp_pa
              for arm, name in (("independent", "independent-run-1"), ("chain", "chain-run-1"))]
     assert first[0] == first[1] and runs["chain"][0].endswith("chain-run-1")
     assert seed["arms"]["independent"]["curve"][1] == seed["arms"]["chain"]["curve"][1]
+    diversity = [seed["arms"][arm]["distinct_correct_per_prompt"][0] for arm in ("independent", "chain")]
+    assert diversity[0] == diversity[1] and {"reference", "spo"} <= set(diversity[0])
 
     # each arm's lake holds the seed lake's snapshot and only its own runs' rollouts
     chain_lake = Lake.open(str(tmp_path / "seed-0" / "chain" / "chain" / "lake"))
@@ -35,5 +37,5 @@ def test_chain_demo_runs_both_arms_on_copies_of_the_seed_lake_and_reports(tmp_pa
     assert run_ids.column(0).to_pylist() == ["chain-run-1", "chain-run-2"]
     assert chain_lake.count("trajectories", "chain-run-2") == chain_lake.count("trajectories", "base") + 8
     report = (tmp_path / "chain_report.md").read_text()
-    assert "Does the chain win?" in report and (tmp_path / "chain.png").stat().st_size > 0
+    assert "Does the chain win? **" in report and (tmp_path / "chain.png").stat().st_size > 0
     assert set(metrics["chain_minus_independent"]) == {"pass@1", "pass@10", "known_prompts"}

@@ -1,4 +1,7 @@
 """Lake analytics views on a real lake with known rows: exact numbers."""
+import subprocess
+import sys
+
 import pytest
 
 from spo_lake.ingest import TRAJECTORY_FIELDS, from_records, ingest_trajectories, located
@@ -78,3 +81,20 @@ def test_hardest_solved_prompts_are_ordered_by_pi0s_success_rate(lake):
     everyone = hardest_solved(lake, None, None, limit=2).to_pylist()  # the solver solved prompt 1, Q0 = 0/8
     assert [(r["prompt_id"], r["q0_rate"]) for r in everyone] == [("countdown/0/1", 0.0), ("countdown/0/0", 0.125)]
     assert hardest_solved(lake, None, None, pi0="another model").num_rows == 0
+
+
+def test_the_report_commands_print_the_views_and_draw_them(lake, tmp_path):
+    def report(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "spo_lake.cli.app", "--lake", lake.root, "report", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    coverage_csv = report("coverage", "--snapshot", "s2", "--where", NOT_HUMAN, "--format", "csv",
+                          "--png", str(tmp_path / "c.png"))
+    assert coverage_csv.returncode == 0, coverage_csv.stderr
+    assert coverage_csv.stdout.splitlines() == ['"source","run_id","prompts_solved","first_solved"',
+                                                '"reference","p1",1,1', '"spo","r1",1,1']
+    assert (tmp_path / "c.png").stat().st_size > 0
+    solves = report("solves", "--snapshots", "s1,s2", "--where", NOT_HUMAN, "--format", "csv")
+    assert solves.returncode == 0 and solves.stdout.splitlines()[1] == '"s1","all",2,1,0.5,1'
+    bad = report("solves", "--group-by", "model")
+    assert bad.returncode == 1 and "--group-by 'model': one of all, source, run_id" in bad.stderr
