@@ -41,6 +41,10 @@ from spo_lake.rl.run import checkpoint_dirs, write_json_atomic
 CHAIN_KEYS = ("name", "dir", "between")
 
 
+class RunFailed(RuntimeError):
+    """A run's `spolake train` child failed (it said why on stderr); the chain stops there."""
+
+
 @dataclass(frozen=True)
 class ChainSpec:
     """A chain's settings: the base run config and what happens between runs."""
@@ -184,5 +188,5 @@ def _train(lake: Lake, spec: ChainSpec, entry: dict[str, Any], log: Callable[[st
     log(f"run {entry['run']} ({entry['run_id']}): {' '.join(cmd[3:])}")
     code = subprocess.run(cmd).returncode
     if code != 0:
-        raise RuntimeError(f"chain {spec.name}: run {entry['run']} ({entry['run_id']}) exited with {code}; "
-                           f"re-run the same command to continue it")
+        raise RunFailed(f"chain {spec.name}: run {entry['run']} ({entry['run_id']}) exited with {code}; "
+                        f"re-run the same command to continue it")

@@ -1,6 +1,7 @@
 """`spolake chain`: training runs that build on each other through the lake (spo_lake.recipes.chain)."""
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import typer
@@ -22,10 +23,14 @@ def register(app: typer.Typer) -> None:
                   "(default: every run starts from π0)"),
               quiet: bool = typer.Option(False, help="no live progress display")) -> None:
         """Run k trains from a snapshot holding everything runs 1..k−1 wrote back. Re-running continues."""
-        from spo_lake.recipes.chain import load_chain, run_chain
+        from spo_lake.recipes.chain import RunFailed, load_chain, run_chain
 
         spec = load_chain(config, list(set_ or []), name=name, from_previous_checkpoint=from_previous_checkpoint)
-        manifest = run_chain(spec, open_lake(), runs, log=console.print, quiet=quiet)
+        try:
+            manifest = run_chain(spec, open_lake(), runs, log=console.print, quiet=quiet)
+        except RunFailed as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(1) from None
         for run in manifest["runs"][:runs]:
             console.print(f"run {run['run']}: {run['run_id']} read snapshot {run['snapshot']}, "
                           f"checkpoint {run['checkpoint']}")

@@ -16,7 +16,6 @@ from pathlib import Path
 import pyarrow as pa
 
 from spo_lake.lake import Lake
-from spo_lake.pipelines.sample import sql_literal
 from spo_lake.rl.config import config_from_dict, stream_counts
 from spo_lake.rl.data import selection_sql, shuffle_salt, stream_condition
 from spo_lake.rl.run import read_metrics
@@ -42,8 +41,8 @@ def batch_sources(lake: Lake, run_dir: str | Path) -> pa.Table:
     for stream, count in zip(config.streams, stream_counts(config)):
         drawn = count * len(steps)
         if stream.kind == "online":
-            written = lake.sql(f"SELECT source, count(*) AS n FROM trajectories WHERE run_id = "
-                               f"{sql_literal(info['run_id'])} GROUP BY source ORDER BY source").to_pylist()
+            written = lake.sql("SELECT source, count(*) AS n FROM trajectories WHERE run_id = $run GROUP BY source "
+                               "ORDER BY source", params={"run": info["run_id"]}).to_pylist()
             rows += [{"stream": stream.name, "kind": "online", "source": r["source"], "sequences": r["n"]}
                      for r in written]
             continue

@@ -179,3 +179,20 @@ def test_a_bad_between_step_is_named_with_its_line(tmp_path, tiny_model_dir):
     config.write_text(config.read_text() + '\n[[chain.between]]\nrun = "dedup"\nmodel = "x"\n')
     with pytest.raises(ValueError, match=r"run.toml.*chain.between\[3\] \(dedup\): unknown key\(s\) \['model'\]"):
         load_chain(config)
+
+
+def test_a_failing_run_stops_the_chain_with_one_line_and_a_bad_config_names_its_line(lake, tiny_model_dir,
+                                                                                   tmp_path):
+    config = write_config(tmp_path, tiny_model_dir)
+    failed = subprocess.run(chain_cmd(lake, config, 2, "--set", 'streams.lake.where="no_such_column"'),
+                            capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1
+    assert failed.stderr.strip().splitlines()[-1] == \
+        "error: chain c: run 1 (c-run-1) exited with 1; re-run the same command to continue it"
+    assert "no_such_column" in failed.stderr  # the child's own one-line reason
+    runs = json.loads((tmp_path / "chains" / "c" / "manifest.json").read_text())["runs"]
+    assert [(r["run_id"], r["status"]) for r in runs] == [("c-run-1", "pinned")]
+
+    config.write_text(config.read_text().replace("steps = 4", "steps = 0"))
+    bad = subprocess.run(chain_cmd(lake, config, 1), capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and bad.stderr.strip() == f"error: {config}:line 3: config: steps must be >= 1, got 0"
