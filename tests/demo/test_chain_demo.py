@@ -2,14 +2,15 @@
 arms, the report. What it measures is the lead's to run at demo scale; here: that it runs, pairs and counts right."""
 import json
 import shutil
+from dataclasses import replace
 
 from spo_lake.demo.chain import run_chain_demo
-from spo_lake.demo.run import DemoScale
+from spo_lake.demo.run import QUICK
 from spo_lake.lake import Lake
 
-TOY = DemoScale(train_prompts=6, eval_prompts=4, tiny_steps=1, reference_samples=1, cot_samples=1, q0_samples=2,
-                pts_rollouts=2, pts_trajectories=1, train_steps=4, online_per_step=4, lr=1e-3, eval_every=2,
-                eval_max_prompts=4)
+# the demo's quick scale, shrunk (the models' SFT steps do not matter: the test puts its tiny model in their place)
+TOY = replace(QUICK, train_prompts=6, eval_prompts=4, reference_samples=1, cot_samples=1, q0_samples=2, pts_rollouts=2,
+              pts_trajectories=1, train_steps=4, online_per_step=4, lr=1e-3, eval_every=2, eval_max_prompts=4)
 
 
 def test_chain_demo_runs_both_arms_on_copies_of_the_seed_lake_and_reports(tmp_path, tiny_model_dir):
