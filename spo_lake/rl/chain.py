@@ -167,7 +167,8 @@ def _write_config(spec: ChainSpec, manifest: dict[str, Any], k: int) -> Path:
               "run_name": spec.run_name(k), "seed": spec.base["seed"] + k - 1}
     if spec.from_previous_checkpoint and k > 1:
         # The lake's cached log-probs and Q0 counts are π0's: π0 stays the reference while the policy continues.
-        config.update(model=manifest["runs"][k - 2]["checkpoint"], reference=spec.base["reference"] or spec.base["model"])
+        config.update(model=manifest["runs"][k - 2]["checkpoint"],
+                      reference=spec.base["reference"] or spec.base["model"])
     config_from_dict(json.loads(json.dumps(config)))  # validates the resolved config before it is written
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(config_toml(config))

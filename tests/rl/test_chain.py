@@ -136,7 +136,8 @@ def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(l
     # Run 2's batches by source: its own 24 rollouts, and 24 lake rows whose sources are those the trainer's own
     # stream reader draws at that snapshot (solver solutions, π0's Q0 samples and run 1's correct rollouts).
     table = batch_sources(lake, root / "runs" / "c-run-2").to_pylist()
-    assert [(r["stream"], r["source"], r["sequences"]) for r in table if r["kind"] == "online"] == [("online", "spo", 24)]
+    online = [(r["stream"], r["source"], r["sequences"]) for r in table if r["kind"] == "online"]
+    assert online == [("online", "spo", 24)]
     config = load_config(manifest["runs"][1]["config"])
     settings = StreamSettings(config.pi0_id, config.beta, config.seed, config.max_response_tokens, True,
                               config.page_size, config.q0_prior)
