@@ -10,7 +10,7 @@ from typing import NoReturn, Optional
 import typer
 
 from spo_lake.cli import (
-    demo_cmds, export_cmds, ingest_cmds, interrupt, lake_cmds, model_cmds, pipeline_cmds, train_cmds,
+    chain_cmds, demo_cmds, export_cmds, ingest_cmds, interrupt, lake_cmds, model_cmds, pipeline_cmds, report_cmds, train_cmds,
 )
 from spo_lake.cli.common import DEFAULT_LAKE, STATE, parse_pairs, user_errors
 
@@ -42,9 +42,11 @@ def root(lake: str = typer.Option(DEFAULT_LAKE, "--lake", envvar="SPOLAKE_LAKE",
 lake_cmds.register(app)
 ingest_cmds.register(app)
 export_cmds.register(app)
+report_cmds.register(app)  # before pipeline_cmds mounts the report group
 pipeline_cmds.register(app)
 model_cmds.register(app)
 train_cmds.register(app)
+chain_cmds.register(app)
 demo_cmds.register(app)
 
 

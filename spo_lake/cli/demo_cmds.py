@@ -26,7 +26,10 @@ def register(app: typer.Typer) -> None:
     def demo(out: Path = typer.Option(Path("demo-out"), help="where the lakes, models, runs, report and plots go"),
              quick: bool = typer.Option(False, "--quick", help="one small seed (~3 min) instead of the full demo"),
              seeds: str = typer.Option(None, help="comma-separated seeds; default 0,1,2 (full) or 0 (--quick)"),
-             seed: int = typer.Option(None, hidden=True, help="one seed (old spelling of --seeds N)")) -> None:
+             seed: int = typer.Option(None, hidden=True, help="one seed (old spelling of --seeds N)"),
+             chain: bool = typer.Option(False, "--chain", help="the cumulative-lake experiment instead: per seed, "
+                                        "K independent SPO half-online runs vs a chain of K (spo_lake.demo.chain)"),
+             runs: int = typer.Option(3, "--runs", min=1, help="--chain: runs per arm")) -> None:
         """Per seed: build a lake with the quickstart recipe, train PPO and three SPO variants from its snapshot,
         evaluate π0 and every method on held-out and training prompts. Then a report over the seeds: mean ± std,
         the paper's claims as paired differences with bootstrap intervals, plots. Re-running continues."""
@@ -35,5 +38,11 @@ def register(app: typer.Typer) -> None:
 
         quiet_transformers()
         chosen = _seeds(seeds) or ((seed,) if seed is not None else None)
+        if chain:
+            from spo_lake.demo.chain import run_chain_demo
+
+            run_chain_demo(out, quick=quick, seeds=chosen, runs=runs, log=console.print)
+            console.print(f"report: {out / 'chain_report.md'}; plot: {out / 'chain.png'}")
+            return
         run_demo(out, quick=quick, seeds=chosen, log=console.print)
         console.print(f"report: {out / 'report.md'}; plots: {out / 'pass_at_k.png'}, {out / 'pts_curve.png'}")

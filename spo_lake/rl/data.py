@@ -190,6 +190,26 @@ class StreamSettings:
     q0_prior: float = 0.0
 
 
+def selection_sql(pi0_id: str) -> str:
+    """Every trajectory with a verdict and what streams select on (SELECTION_COLUMNS), for π0 `pi0_id`."""
+    pi0 = sql_literal(pi0_id)
+    return SELECTION_SQL.format(pi0=pi0, pi0_samples=PI0_SAMPLES.format(pi0=pi0), canonical=CANONICAL_SQL,
+                                dedup_method=DEDUP_METHOD)
+
+
+def stream_condition(stream: StreamConfig, require_q0: bool) -> str:
+    """The rows of the selection a lake stream draws from: its `where`, Q0 counts for SPO, MC estimates for `mc`."""
+    conditions = [f"({stream.where})" if stream.where else "TRUE"]
+    conditions += ["q0_n IS NOT NULL"] if require_q0 else []
+    conditions += ["n_mc > 0"] if stream.mc else []
+    return " AND ".join(conditions)
+
+
+def shuffle_salt(seed: int, epoch: int, stream: str) -> str:
+    """Each epoch of a lake stream is its rows ordered by md5(trajectory_id || salt), then trajectory_id."""
+    return f"|{seed}|{epoch}|{stream}"
+
+
 class LakeStream:
     """An endless, deterministically shuffled stream of one stream's selection at a pinned snapshot."""
 
@@ -198,15 +218,10 @@ class LakeStream:
         self.stream, self.index, self.settings, self.tokenizer = stream, index, settings, tokenizer
         self.tok_id = tokenizer_id(tokenizer)
         self.con = connect(lake, snapshot)
-        pi0 = sql_literal(settings.pi0_id)
-        selection = SELECTION_SQL.format(pi0=pi0, pi0_samples=PI0_SAMPLES.format(pi0=pi0), canonical=CANONICAL_SQL,
-                                         dedup_method=DEDUP_METHOD)
-        conditions = [f"({stream.where})" if stream.where else "TRUE"]
-        conditions += ["q0_n IS NOT NULL"] if settings.require_q0 else []
-        conditions += ["n_mc > 0"] if stream.mc else []
-        self.con.execute(f"CREATE TEMP VIEW selection AS {selection}")
+        self.con.execute(f"CREATE TEMP VIEW selection AS {selection_sql(settings.pi0_id)}")
         try:
-            self.con.execute(f"CREATE TEMP VIEW stream AS SELECT * FROM selection WHERE {' AND '.join(conditions)}")
+            self.con.execute(f"CREATE TEMP VIEW stream AS SELECT * FROM selection WHERE "
+                             f"{stream_condition(stream, settings.require_q0)}")
             self.size = self.con.sql("SELECT count(*) FROM stream").fetchall()[0][0]
         except duckdb.Error as exc:  # duckdb's errors name the bad column; one line is enough
             reason = str(exc).splitlines()[0]
@@ -246,7 +261,7 @@ class LakeStream:
         return out
 
     def _fetch_page(self) -> deque[tuple[tuple[str, str], Example | None]]:
-        salt = sql_literal(f"|{self.settings.seed}|{self.epoch}|{self.stream.name}")
+        salt = sql_literal(shuffle_salt(self.settings.seed, self.epoch, self.stream.name))
         after = ", ".join(sql_literal(v) for v in self.after)
         keys = self.con.sql(f"""
             SELECT trajectory_id, shuffle_key, reward, q0_n, q0_success FROM (

@@ -1,0 +1,92 @@
+"""`spolake report` views over accumulated rollouts (SQL in spo_lake.pipelines.views and spo_lake.rl.batches)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import pyarrow as pa
+import typer
+
+from spo_lake.cli.common import console, open_lake, user_errors
+from spo_lake.cli.lake_cmds import show_table, write_arrow
+from spo_lake.cli.pipeline_cmds import report_app
+
+WHERE = typer.Option(None, help="SQL filter over trajectories t, e.g. \"t.source <> 'human'\"")
+SNAPSHOT = typer.Option(None, help="read at this snapshot (default: the lake's head)")
+FORMAT = typer.Option("table", "--format", help="table|csv|json")
+PNG = typer.Option(None, "--png", help="also draw the view to this PNG file")
+
+
+def _show(table: pa.Table, title: str, format: str) -> None:
+    if format not in ("table", "csv", "json"):
+        raise ValueError(f"--format {format!r}: table, csv or json")
+    show_table(table, title=title) if format == "table" else write_arrow(table, format, None)
+
+
+def register(app: typer.Typer) -> None:
+    @report_app.command("solves")
+    @user_errors
+    def solves(snapshots: Optional[str] = typer.Option(None, help="comma-separated snapshots, in order (default: "
+                                                       "the head); e.g. a chain's c-run-1,c-run-2,..."),
+               where: Optional[str] = WHERE,
+               group_by: str = typer.Option("all", help="all|source|run_id"),
+               per_prompt: bool = typer.Option(False, help="one row per prompt (at the last snapshot) instead"),
+               png: Optional[Path] = PNG, format: str = FORMAT) -> None:
+        """Solve rate and distinct correct programs (dedup-normalised) per prompt, over snapshots."""
+        from spo_lake.pipelines.views import plot_solves, prompt_solves, solves_over_snapshots
+
+        lake = open_lake()
+        names = [s.strip() for s in snapshots.split(",") if s.strip()] if snapshots else [None]
+        if per_prompt:
+            _show(prompt_solves(lake, names[-1], where, group_by), "per prompt", format)
+            return
+        table = solves_over_snapshots(lake, names, where, group_by)
+        _show(table, "solves over snapshots", format)
+        if png:
+            plot_solves(table, png)
+            console.print(f"plot: {png}")
+
+    @report_app.command("coverage")
+    @user_errors
+    def coverage(snapshot: Optional[str] = SNAPSHOT, where: Optional[str] = WHERE, png: Optional[Path] = PNG,
+                 format: str = FORMAT) -> None:
+        """Prompts with ≥1 correct solution per source and run, and how many each solved first."""
+        from spo_lake.pipelines.views import coverage as view, plot_coverage
+
+        table = view(open_lake(), snapshot, where)
+        _show(table, "coverage per source and run", format)
+        if png:
+            plot_coverage(table, png)
+            console.print(f"plot: {png}")
+
+    @report_app.command("first-solved")
+    @user_errors
+    def first_solved(snapshot: Optional[str] = SNAPSHOT, where: Optional[str] = WHERE, format: str = FORMAT) -> None:
+        """Per solved prompt: the source, run and trajectory that solved it first."""
+        from spo_lake.pipelines.views import first_solved as view
+
+        _show(view(open_lake(), snapshot, where), "first solved by", format)
+
+    @report_app.command("hardest")
+    @user_errors
+    def hardest(snapshot: Optional[str] = SNAPSHOT, where: Optional[str] = WHERE,
+                pi0: Optional[str] = typer.Option(None, help="π0's model directory or hub name (default: any "
+                                                  "model's prompt-level Q0 counts)"),
+                limit: int = typer.Option(20, min=1, help="rows"), format: str = FORMAT) -> None:
+        """Prompts some source solved, lowest Q0 (π0's Monte-Carlo success rate) first."""
+        from spo_lake.models.identity import model_identity
+        from spo_lake.pipelines.views import hardest_solved
+
+        table = hardest_solved(open_lake(), snapshot, where, model_identity(pi0) if pi0 else None, limit)
+        _show(table, "hardest prompts solved", format)
+
+    @report_app.command("batch")
+    @user_errors
+    def batch(run_dir: Path = typer.Argument(..., help="the run's directory (runs/<run_id>)"),
+              format: str = FORMAT) -> None:
+        """How much of a run's batches came from which stream and source (rebuilt exactly: spo_lake.rl.batches)."""
+        from spo_lake.rl.batches import batch_sources
+
+        if not (run_dir / "manifest.json").exists():
+            raise ValueError(f"{run_dir}: not a run directory (no manifest.json)")
+        _show(batch_sources(open_lake(), run_dir), f"batch sources of {run_dir.name}", format)
