@@ -11,11 +11,10 @@ from enum import Enum
 from typing import Any, Callable
 
 import typer
-from rich.console import Console
 
+from spo_lake.console import console
 from spo_lake.lake import Lake
 
-console = Console(stderr=True, soft_wrap=True)  # one message, one line: scripts parse them
 DEFAULT_LAKE = "./lake"
 
 

@@ -6,8 +6,9 @@ from typing import Optional, Tuple
 
 import typer
 
-from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, open_lake, show_report, user_errors
-from spo_lake.cli.common import THREADS_OPTION
+from spo_lake.cli.common import (
+    FORMAT_OPTION, THREADS_OPTION, OutputFormat, console, open_lake, show_report, user_errors,
+)
 from spo_lake.cli.pipeline_cmds import EXECUTOR_HELP, RAY_ADDRESS_HELP, SANDBOX_HELP, sandbox_options
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
@@ -130,7 +131,8 @@ def register(app: typer.Typer) -> None:
            format: OutputFormat = FORMAT_OPTION) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
         from spo_lake.models.threads import use_threads
-        from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
+        from spo_lake.pipelines.q0 import q0 as run
+        from spo_lake.scores import PAPER_BETA
 
         use_threads(threads)
         options = sandbox_options(timeout_s, memory_mb, sandbox)

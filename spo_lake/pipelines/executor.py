@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from spo_lake.models.backend import PolicyBackend, SampleResult
-from spo_lake.pipelines.judge import CHUNK, judge_many, task_chunks
 from spo_lake.tasks import Problem, SandboxOptions, Verdict
+from spo_lake.tasks.judge import CHUNK, judge_many, task_chunks
 
 EXECUTORS = ("local", "ray")
 

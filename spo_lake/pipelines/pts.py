@@ -1,4 +1,4 @@
-"""`spolake pts`: Pivotal Token Search (Phi-4 report §4.3; DESIGN §3) on successful trajectories.
+"""`spolake pts`: Pivotal Token Search (Phi-4 report §4.3) on successful trajectories.
 
 For a successful trajectory, S(t) = P(success | prompt + first t response tokens) under π0 (temperature 1, top-p 1).
 `search` bisects the token range recursively, estimating S only where the range's ends differ by ≥ threshold, so a
@@ -21,17 +21,16 @@ from typing import Any, Callable
 
 import torch
 
+from spo_lake.console import progress_bar
 from spo_lake.lake import Lake, Work
-from spo_lake.lake.contracts import to_json_text
+from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id, trajectory_row, values_row
+from spo_lake.lake.sql import where_clause
 from spo_lake.models.backend import PolicyBackend
-from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT, progress_bar, where_clause
-from spo_lake.pipelines.evaluate import evaluation_row
-from spo_lake.pipelines.judge import judge_many
+from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
+from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
 from spo_lake.pipelines.q0 import latest_prompt_values
-from spo_lake.pipelines.sample import (
-    derive_seed, recorded_run, sampled_id, sql_literal, tokenizer_id, trajectory_token_ids,
-)
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
+from spo_lake.tasks.judge import judge_many, verdict_row
 from spo_lake.tasks.normalize import response_hash
 
 # Estimates are ratios like 6/10 and 4/10, whose float difference (0.1999...) must still reach a 0.2 threshold.
@@ -127,9 +126,9 @@ def candidates(lake: Lake, model_id: str, where: str | None, s0_range: tuple[flo
             SELECT s.*,
                 (SELECT list(e.verifier) FROM evaluations e WHERE e.trajectory_id = s.trajectory_id AND e.passed) AS passed_by,
                 EXISTS (SELECT 1 FROM "values" v WHERE v.trajectory_id = s.trajectory_id
-                        AND v.model_id = {sql_literal(model_id)}) AS searched
+                        AND v.model_id = $model_id) AS searched
             FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s WHERE s.prefix_trajectory_id IS NULL)
-        WHERE passed_by IS NOT NULL ORDER BY trajectory_id""").to_pylist()
+        WHERE passed_by IS NOT NULL ORDER BY trajectory_id""", params={"model_id": model_id}).to_pylist()
     s0 = {r["prompt_id"]: r["n_success"] / r["n"] for r in latest_prompt_values(lake, model_id)}
     out = []
     for r in rows:
@@ -201,23 +200,20 @@ class _Searcher:
         for i, r in enumerate(drawn):
             rollout_id = sampled_id(self.run_id, pid, i, tid, t)
             meta = {"finish_reason": r.finish_reason, "seed": self.seed, "call_seed": call_seed, "sample_index": i}
-            job.rows["evaluations"].append(evaluation_row(rollout_id, verifier, r.verdict))
-            job.rows["trajectories"].append({
-                "trajectory_id": rollout_id, "prompt_id": pid, "source": "pts_rollout", "model_id": self.model.model_id,
-                "run_id": self.run_id, "policy_version": 0, "temperature": 1.0, "top_p": 1.0,
-                "response_text": r.text, "token_ids": r.token_ids, "tokenizer_id": self.tok_id,
+            job.rows["evaluations"].append(verdict_row(rollout_id, verifier, r.verdict))
+            job.rows["trajectories"].append(trajectory_row(
+                trajectory_id=rollout_id, prompt_id=pid, source="pts_rollout", model_id=self.model.model_id,
+                run_id=self.run_id, policy_version=0, temperature=1.0, top_p=1.0, response_text=r.text,
+                token_ids=r.token_ids, tokenizer_id=self.tok_id, response_hash=response_hash(r.text),
                 # behaviour log-probs stay null: only the continuation was sampled from π0, the prefix was not
-                "behavior_logprobs": None, "response_hash": response_hash(r.text), "prefix_trajectory_id": tid,
-                "prefix_position": t, "metadata": to_json_text(meta),
-            })
+                behavior_logprobs=None, prefix_trajectory_id=tid, prefix_position=t, metadata=meta))
         successes = sum(r.verdict.passed for r in drawn)
         job.rows["values"].append(self._value_row(job, t, self.k, successes))
         return successes / self.k
 
     def _value_row(self, job: _Search, position: int, n: int, n_success: int) -> dict[str, Any]:
-        return {"prompt_id": job.row["prompt_id"], "trajectory_id": job.row["trajectory_id"], "position": position,
-                "model_id": self.model.model_id, "temperature": 1.0, "top_p": 1.0, "n": n, "n_success": n_success,
-                "run_id": self.run_id}
+        return values_row(prompt_id=job.row["prompt_id"], trajectory_id=job.row["trajectory_id"], position=position,
+                          model_id=self.model.model_id, n=n, n_success=n_success, run_id=self.run_id)
 
     def pivot_row(self, job: _Search, i: int, result: SearchResult, threshold: float) -> dict[str, Any]:
         return {"trajectory_id": job.row["trajectory_id"], "model_id": self.model.model_id, "position": i,
@@ -288,12 +284,14 @@ def _unsearched(lake: Lake, model_id: str, since: datetime) -> Callable[[dict[st
         mine = sorted({r["trajectory_id"] for r in batches.get("values", [])})
         if not mine:
             return batches
-        ids, run_id = ", ".join(map(sql_literal, mine)), batches["values"][0]["run_id"]
-        done = {r["trajectory_id"] for r in lake.sql(f"""
-            SELECT trajectory_id FROM "values" WHERE model_id = {sql_literal(model_id)} AND trajectory_id IN ({ids})
+        done = {r["trajectory_id"] for r in lake.sql("""
+            WITH mine AS (SELECT unnest($mine::VARCHAR[]) AS trajectory_id)
+            SELECT trajectory_id FROM "values" WHERE model_id = $model_id AND trajectory_id IN (FROM mine)
             UNION SELECT prefix_trajectory_id FROM trajectories
-            WHERE source = 'pts_rollout' AND model_id = {sql_literal(model_id)} AND prefix_trajectory_id IN ({ids})
-              AND run_id <> {sql_literal(run_id)} AND created_at >= '{since.isoformat()}'::TIMESTAMPTZ""").to_pylist()}
+            WHERE source = 'pts_rollout' AND model_id = $model_id AND prefix_trajectory_id IN (FROM mine)
+              AND run_id <> $run_id AND created_at >= $since::TIMESTAMPTZ""",
+            params={"mine": mine, "model_id": model_id, "run_id": batches["values"][0]["run_id"],
+                    "since": since.isoformat()}).to_pylist()}
         rollouts = {r["trajectory_id"] for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] in done}
         return {"evaluations": [r for r in batches.get("evaluations", []) if r["trajectory_id"] not in rollouts],
                 "trajectories": [r for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] not in done],

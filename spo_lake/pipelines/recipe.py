@@ -64,8 +64,8 @@ def step_model_tiny(ctx: Context, p: dict[str, Any]) -> str:
 
 
 def step_prompts_add(ctx: Context, p: dict[str, Any]) -> str:
-    from spo_lake.cli.ingest_cmds import ingest_dataset
     from spo_lake.ingest import PROMPT_FIELDS, add_prompts, load_batch
+    from spo_lake.ingest.datasets import ingest_dataset
 
     if "dataset" in p:
         path = p.pop("path", None)
@@ -237,7 +237,7 @@ def _substitute(value: Any, variables: dict[str, Any]) -> Any:
 def run_recipe(recipe: Recipe, lake: Lake, *, show_progress: bool = True,
                log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run every step in order; returns (and records in `runs`) what each produced."""
-    from spo_lake.pipelines.sample import recorded_run
+    from spo_lake.lake.rows import recorded_run
 
     ctx = Context(lake, show_progress=show_progress)
     done: list[dict[str, Any]] = []

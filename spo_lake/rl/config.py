@@ -20,7 +20,6 @@ string), stream keys with `--set streams.<name>.<key>=value`.
 """
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 import typing
@@ -29,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from spo_lake.rl.losses import LOSSES, OBJECTIVES
+from spo_lake.scores import PAPER_BETA
 
 ALGORITHMS = ("spo", "ppo")
 STREAM_KINDS = ("online", "lake")
-PAPER_BETA = 1.0 / math.log(100_000)  # e^{−1/β} = 1e-5 (paper §5)
 
 
 @dataclass

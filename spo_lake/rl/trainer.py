@@ -20,13 +20,14 @@ from typing import Any
 
 import torch
 
+from spo_lake.console import progress_bar
 from spo_lake.lake import Lake
-from spo_lake.lake.contracts import to_json_text
+from spo_lake.lake.appender import BufferedAppender
+from spo_lake.lake.rows import new_run_id, runs_row
 from spo_lake.models import load_policy
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.threads import use_threads
-from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar
-from spo_lake.pipelines.sample import tokenizer_id
+from spo_lake.models.tokens import tokenizer_id
 from spo_lake.rl import run as rundir
 from spo_lake.rl.config import TrainConfig, apply_overrides, config_from_dict, stream_counts
 from spo_lake.rl.data import Batch, Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
@@ -350,12 +351,10 @@ class Trainer:
 
     def _runs_row(self, status: str, info: dict[str, Any], metrics: dict[str, Any]) -> None:
         summary = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-        self.lake.append("runs", [{
-            "run_id": self.run_id, "kind": "train", "status": status, "config": to_json_text(info["config"]),
-            "snapshot": self.snapshot, "snapshot_versions": to_json_text(info["snapshot_versions"]),
-            "metrics": to_json_text(summary),
-            "manifest": to_json_text({k: v for k, v in info.items() if k != "config"}),
-        }])
+        self.lake.append("runs", [runs_row(
+            run_id=self.run_id, kind="train", status=status, config=info["config"], snapshot=self.snapshot,
+            snapshot_versions=info["snapshot_versions"], metrics=summary,
+            manifest={k: v for k, v in info.items() if k != "config"})])
 
     def close(self) -> None:
         if self.worker is not None:

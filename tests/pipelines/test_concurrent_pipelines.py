@@ -3,9 +3,7 @@ lake and on a real S3-compatible server (SeaweedFS on 127.0.0.1): keyed facts (v
 added only if absent, and sampling pipelines re-count their quota when a copy committed first (`Work`)."""
 from __future__ import annotations
 
-
-
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from tests.lake.test_concurrent_commits import lake_at, run_all, s3_options  # noqa: F401 (fixtures)
 
