@@ -96,7 +96,6 @@ class TrainConfig:
     gamma: float = 1.0
     lam: float = 0.95
     clip_eps: float = 0.2
-    value_clip_eps: float = 0.2
     value_coef: float = 0.5
     # evaluation (pass@k on held-out prompts)
     eval_every: int = 0  # steps; 0 = never during training

@@ -111,7 +111,7 @@ class Trainer:
         warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)  # warm-up, then constant
-        self.ppo = PPOSettings(config.beta, config.gamma, config.lam, config.clip_eps, config.value_clip_eps,
+        self.ppo = PPOSettings(config.beta, config.gamma, config.lam, config.clip_eps,
                                config.value_coef)
         self.step = 0
         self.versions = PolicyVersions()
