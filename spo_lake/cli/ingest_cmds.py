@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from spo_lake.errors import InputError
 from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json, open_lake, parse_map, user_errors
 from spo_lake.ingest import PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, ingest_trajectories, load_batch
 from spo_lake.ingest.core import BATCH_ROWS, IngestReport, load_batches
@@ -49,7 +50,7 @@ def register(app: typer.Typer) -> None:
                                                                "with it, not with the input)"),
                format: OutputFormat = FORMAT_OPTION) -> None:
         if source not in SOURCES:
-            raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
+            raise InputError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         rewards = RewardMap.parse(reward_map) if reward_map else None
         mapping = parse_map(map)
 
@@ -87,7 +88,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"{dataset}: prompts {p.summary()}; human solutions {t.summary()}")
             return
         if path is None:
-            raise ValueError("give a prompt records FILE or --dataset NAME")
+            raise InputError("give a prompt records FILE or --dataset NAME")
         with console.status(f"reading and validating {path}"):
             batch = load_batch(path, PROMPT_FIELDS, "prompts", parse_map(map), extra=extra)
             report = add_prompts(open_lake(create=True), batch)

@@ -6,10 +6,11 @@ from typing import Optional
 
 import typer
 
+from spo_lake.errors import InputError
 from spo_lake.cli.common import (
-    FORMAT_OPTION, THREADS_OPTION, OutputFormat, console, emit_json, open_lake, user_errors,
+    FORMAT_OPTION, SANDBOX_HELP, THREADS_OPTION, OutputFormat, console, emit_json, open_lake, sandbox_options,
+    user_errors,
 )
-from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
 
 
 def quiet_transformers() -> None:
@@ -55,7 +56,7 @@ def register(app: typer.Typer) -> None:
         with console.status("setting up the run"):
             if resume:
                 if config:
-                    raise ValueError("--resume continues the run's recorded config; drop --config "
+                    raise InputError("--resume continues the run's recorded config; drop --config "
                                      "(use --set to change keys)")
                 trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet)
             else:
@@ -97,7 +98,7 @@ def register(app: typer.Typer) -> None:
         try:
             ks = tuple(int(x) for x in k.split(",") if x.strip())
         except ValueError:
-            raise ValueError(f"--k {k!r}: expected comma-separated integers such as 1,10") from None
+            raise InputError(f"--k {k!r}: expected comma-separated integers such as 1,10") from None
         settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         lake = open_lake()

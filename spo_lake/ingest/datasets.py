@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from spo_lake.errors import InputError
 from spo_lake.ingest.core import IngestReport, add_prompts, ingest_trajectories, located
 from spo_lake.ingest.records import PROMPT_FIELDS, TRAJECTORY_FIELDS, from_records
 from spo_lake.lake import Lake
@@ -21,7 +22,7 @@ DATASETS = {
 def ingest_dataset(lake: Lake, name: str, path: str | None, **kwargs: Any) -> tuple[IngestReport, IngestReport]:
     """Load a dataset's problems and human solutions and commit both; returns the two reports."""
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
+        raise InputError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
     loader = importlib.import_module(DATASETS[name]).load
     prompt_records, trajectory_records = loader(path, **{k: v for k, v in kwargs.items() if v is not None})
     origin = f"{name}:{path}" if path else name

@@ -1,5 +1,6 @@
 """The rows of the lake's tables, built in one place: one keyword-only constructor per table that more than one
-pipeline writes, the run ids and trajectory ids they carry, the seeds sampling derives, and the `runs` bookkeeping with its package versions.
+pipeline writes, the run ids and trajectory ids they carry, the seeds sampling derives, and the `runs` bookkeeping
+with its package versions.
 
 Every writer of a table calls its constructor here, so the provenance a row records (model, tokenizer, settings,
 run, seeds) cannot silently differ between the pipelines that write it. JSON columns (metadata, config, metrics,
@@ -97,7 +98,8 @@ def runs_row(*, run_id: str, kind: str, status: str, config: dict[str, Any], met
              snapshot_versions: dict[str, int] | None = None) -> dict[str, Any]:
     """A `runs` row: one per status change (running, finished, failed) of a run."""
     return {"run_id": run_id, "kind": kind, "status": status, "config": to_json_text(config),
-            "snapshot": snapshot, "snapshot_versions": to_json_text(snapshot_versions), "metrics": to_json_text(metrics), "manifest": to_json_text(manifest)}
+            "snapshot": snapshot, "snapshot_versions": to_json_text(snapshot_versions),
+            "metrics": to_json_text(metrics), "manifest": to_json_text(manifest)}
 
 
 @dataclass

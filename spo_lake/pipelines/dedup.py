@@ -25,7 +25,8 @@ class DedupReport:
     duplicates: int
 
     def summary(self) -> str:
-        return f"hashed {self.hashed} new trajectories; {self.groups} distinct programs, {self.duplicates} duplicate rows"
+        return (f"hashed {self.hashed} new trajectories; {self.groups} distinct programs, {self.duplicates} "
+                "duplicate rows")
 
 
 def program_hash(task: str, response: str) -> str:
@@ -39,8 +40,10 @@ def program_hash(task: str, response: str) -> str:
 
 def dedup(lake: Lake, *, where: str | None = None, show_progress: bool = True) -> DedupReport:
     rows = lake.sql(f"""
-        SELECT s.trajectory_id, s.prompt_id, s.task, s.response_text FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s
-        WHERE NOT EXISTS (SELECT 1 FROM duplicates d WHERE d.trajectory_id = s.trajectory_id AND d.method = '{DEDUP_METHOD}')
+        SELECT s.trajectory_id, s.prompt_id, s.task, s.response_text
+        FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s
+        WHERE NOT EXISTS (SELECT 1 FROM duplicates d
+                          WHERE d.trajectory_id = s.trajectory_id AND d.method = '{DEDUP_METHOD}')
         ORDER BY s.trajectory_id""").to_pylist()
     with BufferedAppender(lake, flush_rows=50_000) as out, progress_bar(disable=not show_progress) as bar:
         task_id = bar.add_task("dedup", total=len(rows))
@@ -48,5 +51,6 @@ def dedup(lake: Lake, *, where: str | None = None, show_progress: bool = True) -
             out.add("duplicates", [{"trajectory_id": r["trajectory_id"], "prompt_id": r["prompt_id"],
                                     "code_hash": program_hash(r["task"], r["response_text"]), "method": DEDUP_METHOD}])
             bar.advance(task_id)
-    stats = lake.sql(f"SELECT count(*) AS groups, coalesce(sum(group_size - 1), 0) AS dups FROM ({CANONICAL_SQL})").to_pylist()[0]
+    stats = lake.sql(f"SELECT count(*) AS groups, coalesce(sum(group_size - 1), 0) AS dups FROM ({CANONICAL_SQL})"
+                     ).to_pylist()[0]
     return DedupReport(hashed=len(rows), groups=stats["groups"], duplicates=int(stats["dups"]))

@@ -15,12 +15,14 @@ Two copies started at once search each trajectory once: whichever commits its ro
 from __future__ import annotations
 
 import time
+from functools import partial
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 import torch
 
+from spo_lake.errors import InputError
 from spo_lake.console import progress_bar
 from spo_lake.lake import Lake, Work
 from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id, trajectory_row, values_row
@@ -54,7 +56,7 @@ def search(n_tokens: int, estimate: Callable[[int], float], threshold: float) ->
     and j − i > 1; a one-token range with such a change is a pivotal token. `estimate(t)` is called at most once
     per position. Changes that cancel inside a range (up then down) are not seen, as in the original PTS."""
     if n_tokens < 0 or not threshold > 0:
-        raise ValueError(f"search needs n_tokens >= 0 and threshold > 0, got {n_tokens} and {threshold}")
+        raise InputError(f"search needs n_tokens >= 0 and threshold > 0, got {n_tokens} and {threshold}")
     estimates: dict[int, float] = {}
 
     def s(t: int) -> float:
@@ -102,7 +104,8 @@ class PtsReport:
                    f"{self.not_verified} passed only by a verdict other than their task's verifier (run `spolake "
                    f"evaluate` first), {self.too_long} longer than max_new_tokens (their continuations could not "
                    "reach their length)")
-        return f"searched {self.searched} trajectories: {self.pivots} pivotal tokens, {self.rollouts} rollouts{per}{skipped}"
+        return (f"searched {self.searched} trajectories: {self.pivots} pivotal tokens, {self.rollouts} "
+                f"rollouts{per}{skipped}")
 
 
 @dataclass
@@ -124,7 +127,8 @@ def candidates(lake: Lake, model_id: str, where: str | None, s0_range: tuple[flo
     rows = lake.sql(f"""
         SELECT * FROM (
             SELECT s.*,
-                (SELECT list(e.verifier) FROM evaluations e WHERE e.trajectory_id = s.trajectory_id AND e.passed) AS passed_by,
+                (SELECT list(e.verifier) FROM evaluations e
+                 WHERE e.trajectory_id = s.trajectory_id AND e.passed) AS passed_by,
                 EXISTS (SELECT 1 FROM "values" v WHERE v.trajectory_id = s.trajectory_id
                         AND v.model_id = $model_id) AS searched
             FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s WHERE s.prefix_trajectory_id IS NULL)
@@ -228,7 +232,7 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
     """Search every selected successful trajectory (`where` is SQL over trajectories t joined with prompts p; see
     the module doc); returns counts of what was done."""
     if k < 1 or not 0 < threshold <= 1 or not 0 <= s0_range[0] <= s0_range[1] <= 1:
-        raise ValueError(f"pts needs k >= 1, 0 < threshold <= 1 and 0 <= lo <= hi <= 1; got k={k}, "
+        raise InputError(f"pts needs k >= 1, 0 < threshold <= 1 and 0 <= lo <= hi <= 1; got k={k}, "
                          f"threshold={threshold}, s0_range={s0_range}")
     report = PtsReport()
     # Claimed before selecting, on the rollouts: a copy of this run that commits rollouts of a trajectory first makes
@@ -252,7 +256,7 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
                 bar.update(task_id, advance=1)
                 continue
             job = _Search(row, Problem.from_row(row), prompt_ids, response_ids, s0)
-            result = search(len(response_ids), lambda t: searcher.estimate(job, t), threshold)
+            result = search(len(response_ids), partial(searcher.estimate, job), threshold)
             job.rows["pivots"] = [searcher.pivot_row(job, i, result, threshold) for i in result.pivots]
             report.searched += 1
             report.pivots += len(result.pivots)

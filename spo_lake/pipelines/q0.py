@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import recorded_run, values_row
@@ -77,7 +78,7 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
     """Bring every selected prompt (`where` is SQL over prompts p) to at least k evaluated π0 samples and record
     the counts. `executor` 'ray' samples and judges on Ray workers, with the same rows as 'local'."""
     if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
+        raise InputError(f"k must be at least 1, got {k}")
     q0_from_counts(1, 0, beta)  # rejects a bad β before any sampling
     problems = select_prompts(lake, where)
 

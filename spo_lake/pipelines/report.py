@@ -5,6 +5,7 @@ from collections import defaultdict
 
 import pyarrow as pa
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Snapshot
 from spo_lake.lake.sql import VERDICT_SQL, where_clause
 from spo_lake.scores import pass_at_k
@@ -16,7 +17,7 @@ def passk_counts(lake: Lake, group_by: str = "source", snapshot: str | Snapshot 
                  where: str | None = None) -> list[dict]:
     """(group, prompt_id, n, c) for every evaluated (group, prompt)."""
     if group_by not in GROUPS:
-        raise ValueError(f"--group-by {group_by!r}: one of {', '.join(GROUPS)}")
+        raise InputError(f"--group-by {group_by!r}: one of {', '.join(GROUPS)}")
     return lake.sql(f"""
         SELECT coalesce(CAST({GROUPS[group_by]} AS VARCHAR), '∅') AS grp, t.prompt_id, count(*) AS n,
                CAST(count(*) FILTER (WHERE v.passed) AS BIGINT) AS c

@@ -14,6 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from spo_lake.errors import InputError
 from spo_lake.console import progress_bar
 from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
@@ -51,10 +52,10 @@ class SampleSettings:
     def __post_init__(self) -> None:
         lo, hi = self.temperature_range or (self.temperature, self.temperature)
         if not 0 <= lo <= hi or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
-            raise ValueError(f"bad sampling settings: temperature {self.temperature_range or self.temperature}, "
+            raise InputError(f"bad sampling settings: temperature {self.temperature_range or self.temperature}, "
                              f"top_p {self.top_p}, max_new_tokens {self.max_new_tokens}")
         if self.template is not None and "{prompt}" not in self.template:
-            raise ValueError("template has no {prompt} placeholder")
+            raise InputError("template has no {prompt} placeholder")
 
     def temperature_for(self, prompt_id: str) -> float:
         if self.temperature_range is None:
@@ -162,7 +163,7 @@ def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int
     """Sample n responses per selected prompt (`where` is SQL over prompts p), skipping what is already there.
     `executor` 'ray' samples and judges on Ray workers (`workers` of them), with the same rows as 'local'."""
     if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
+        raise InputError(f"n must be at least 1, got {n}")
     settings = SampleSettings(source, temperature, top_p, max_new_tokens, template, seed, temperature_range)
     problems = select_prompts(lake, where)
 

@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 import torch
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Snapshot
 from spo_lake.lake.sql import CANONICAL_SQL, DEDUP_METHOD, VERDICT_SQL, sql_literal, where_clause
 from spo_lake.models.backend import PolicyBackend
@@ -194,8 +195,8 @@ class LakeStream:
         self.tok_id = tokenizer_id(tokenizer)
         self.con = lake.connect(snapshot)
         pi0 = sql_literal(settings.pi0_id)
-        selection = SELECTION_SQL.format(pi0=pi0, pi0_samples=PI0_SAMPLES.format(pi0=pi0), canonical=CANONICAL_SQL, verdicts=VERDICT_SQL,
-                                         dedup_method=DEDUP_METHOD)
+        selection = SELECTION_SQL.format(pi0=pi0, pi0_samples=PI0_SAMPLES.format(pi0=pi0), canonical=CANONICAL_SQL,
+                                         verdicts=VERDICT_SQL, dedup_method=DEDUP_METHOD)
         conditions = [f"({stream.where})" if stream.where else "TRUE"]
         conditions += ["q0_n IS NOT NULL"] if settings.require_q0 else []
         conditions += ["n_mc > 0"] if stream.mc else []
@@ -205,11 +206,11 @@ class LakeStream:
             self.size = self.con.sql("SELECT count(*) FROM stream").fetchall()[0][0]
         except duckdb.Error as exc:  # duckdb's errors name the bad column; one line is enough
             reason = str(exc).splitlines()[0]
-            raise ValueError(f"stream {stream.name!r}: bad `where` ({stream.where}): {reason}") from None
+            raise InputError(f"stream {stream.name!r}: bad `where` ({stream.where}): {reason}") from None
         if self.size == 0:
             need = " with Q0 counts of π0 (run `spolake q0`)" if settings.require_q0 else ""
             need += " and Monte-Carlo prefix estimates (run `spolake pts`)" if stream.mc else ""
-            raise ValueError(f"stream {stream.name!r}: no trajectory matches `{stream.where or 'TRUE'}`{need} "
+            raise InputError(f"stream {stream.name!r}: no trajectory matches `{stream.where or 'TRUE'}`{need} "
                              f"at the pinned snapshot")
         self.epoch, self.after = 0, ("", "")  # resume state: the last consumed row's (shuffle key, trajectory_id)
         self.skipped = 0
@@ -296,7 +297,8 @@ class LakeStream:
         positions, success = [positions[i] for i in kept], [success[i] for i in kept]
         return Example(
             stream=self.index, prompt_id=row["prompt_id"], prompt_ids=prompt_ids, response_ids=response_ids,
-            reward=key["reward"], q0=q0_or_nan(key["q0_n"], key["q0_success"], self.settings.beta, self.settings.q0_prior),
+            reward=key["reward"],
+            q0=q0_or_nan(key["q0_n"], key["q0_success"], self.settings.beta, self.settings.q0_prior),
             ref_logprobs=ref, mc_positions=positions, mc_success=success, trajectory_id=row["trajectory_id"],
         )
 
@@ -324,10 +326,10 @@ def online_prompts(lake: Lake, snapshot: str | Snapshot, where: str, pi0_id: str
             ) q USING (prompt_id) {where_clause(where)} ORDER BY p.prompt_id""", snapshot,
             params={"pi0": pi0_id}).to_pylist()
     except duckdb.Error as exc:
-        raise ValueError(f"prompts_where ({where}): {str(exc).splitlines()[0]}") from None
+        raise InputError(f"prompts_where ({where}): {str(exc).splitlines()[0]}") from None
     if not rows:
         need = " that has Q0 counts of π0 (run `spolake q0`)" if require_q0 else ""
-        raise ValueError(f"no prompt matches prompts_where `{where or 'TRUE'}`{need} at the pinned snapshot")
+        raise InputError(f"no prompt matches prompts_where `{where or 'TRUE'}`{need} at the pinned snapshot")
     return [(r["prompt_id"], r["q0_n"], r["q0_success"]) for r in rows]
 
 

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 import duckdb
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Snapshot
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id
@@ -33,7 +34,7 @@ class EvalSettings:
 
     def __post_init__(self) -> None:
         if self.n < 1 or not self.ks or any(not 1 <= k <= self.n for k in self.ks):
-            raise ValueError(f"eval needs n >= 1 and every k in 1..n, got n={self.n}, k={list(self.ks)}")
+            raise InputError(f"eval needs n >= 1 and every k in 1..n, got n={self.n}, k={list(self.ks)}")
 
 
 @dataclass
@@ -55,7 +56,7 @@ def select_problems(lake: Lake, where: str | None, snapshot: str | Snapshot | No
     try:
         rows = lake.sql(f"SELECT p.* FROM prompts p {where_clause(where)} ORDER BY p.prompt_id {bound}", snapshot)
     except duckdb.Error as exc:  # duckdb names the bad column or syntax; one line is enough
-        raise ValueError(f"bad prompt selection `{where}`: {str(exc).splitlines()[0]}") from None
+        raise InputError(f"bad prompt selection `{where}`: {str(exc).splitlines()[0]}") from None
     return [Problem.from_row(r) for r in rows.to_pylist()]
 
 
@@ -63,7 +64,7 @@ def evaluate_policy(policy: PolicyBackend, problems: Sequence[Problem], settings
                     options: SandboxOptions = SandboxOptions(), workers: int | None = None) -> EvalResult:
     """Sample settings.n responses per problem and compute pass@k for every k (deterministic for settings.seed)."""
     if not problems:
-        raise ValueError("eval: no problems selected")
+        raise InputError("eval: no problems selected")
     started = time.perf_counter()
     samples: list[tuple[Problem, SampleResult]] = []
     for start in range(0, len(problems), settings.batch_prompts):

@@ -1,9 +1,9 @@
 """The PPO baseline (paper §3.1.4): a separate value model and the per-batch PPO loss on online rollouts.
 
 Same β as SPO (KL-regularised per-token reward), GAE(γ, λ), clipped surrogate whose ratio πθ/π_old is also the
-importance weight of slightly stale rollouts, squared-error value loss. π_old is the sampling policy's *own* distribution
-(temperature 1, no top-p), recorded at sampling time next to the tempered sampled-from log-probs: with the tempered
-ones a fresh policy would already look off-policy (ratio ≠ 1, clipped tokens) at zero staleness.
+importance weight of slightly stale rollouts, squared-error value loss. π_old is the sampling policy's *own*
+distribution (temperature 1, no top-p), recorded at sampling time next to the tempered sampled-from log-probs: with
+the tempered ones a fresh policy would already look off-policy (ratio ≠ 1, clipped tokens) at zero staleness.
 One update per batch, as in the paper's asynchronous setup.
 """
 from __future__ import annotations

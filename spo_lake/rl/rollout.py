@@ -200,7 +200,8 @@ class RolloutWorker(threading.Thread):
             tid = sampled_id(s.run_id, pid, index, step)
             out.examples.append(Example(
                 stream=s.stream_index, prompt_id=pid, prompt_ids=prompt_ids[result.prompt_index],
-                response_ids=list(result.token_ids), reward=verdict.reward, q0=q0_or_nan(q0_n, q0_success, s.beta, s.q0_prior),
+                response_ids=list(result.token_ids), reward=verdict.reward,
+                q0=q0_or_nan(q0_n, q0_success, s.beta, s.q0_prior),
                 behavior_logprobs=list(result.logprobs), policy_logprobs=policy_lps[index], policy_version=version,
                 trajectory_id=tid))
             out.trajectories.append(sampled_row(

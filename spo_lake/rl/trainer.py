@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from spo_lake.errors import InputError
 from spo_lake.console import progress_bar
 from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
@@ -77,7 +78,7 @@ class Trainer:
             self.run_id = config.run_name or new_run_id("train")
             self.run_dir = Path(config.run_dir) / self.run_id
             if self.run_dir.exists():
-                raise ValueError(f"run directory {self.run_dir} exists; continue it with --resume {self.run_dir}")
+                raise InputError(f"run directory {self.run_dir} exists; continue it with --resume {self.run_dir}")
             self.checkpoint = None
         else:
             self.run_dir, self.run_id = _resume_dir, _resume_dir.name
@@ -128,7 +129,7 @@ class Trainer:
             [("eval_train_where", self.train_eval_problems)] * bool(config.eval_train_where)
         for key, chosen in wanted if config.eval_every else []:
             if not chosen:  # fail before training, not at the first evaluation
-                raise ValueError(f"{key} `{getattr(config, key) or 'TRUE'}` selects no prompt at snapshot "
+                raise InputError(f"{key} `{getattr(config, key) or 'TRUE'}` selects no prompt at snapshot "
                                  f"{self.snapshot!r} (add those prompts, or set eval_every = 0)")
 
     @classmethod
@@ -139,7 +140,7 @@ class Trainer:
         run_dir = Path(run_dir)
         manifest_path = run_dir / "manifest.json"
         if not manifest_path.exists():
-            raise ValueError(f"--resume {run_dir}: no manifest.json there (not a run directory)")
+            raise InputError(f"--resume {run_dir}: no manifest.json there (not a run directory)")
         recorded = json.loads(manifest_path.read_text())["config"]
         config = config_from_dict(apply_overrides(recorded, overrides or []))
         return cls(config, lake, show_progress=show_progress, _resume_dir=run_dir)
@@ -152,7 +153,7 @@ class Trainer:
         existing = {s.name for s in self.lake.snapshots()}
         if name not in existing:
             if self.config.snapshot:
-                raise ValueError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
+                raise InputError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
             self.lake.snapshot(name, note=f"pinned by training run {self.run_id}")
         return name
 
@@ -200,7 +201,7 @@ class Trainer:
         if self._reference is None:
             ref = TransformersPolicy.from_pretrained(self.config.reference_path, str(self.device), self.dtype)
             if tokenizer_id(ref) != tokenizer_id(self.policy):  # token ids would mean different tokens to π0
-                raise ValueError(f"reference {self.config.reference_path!r} has another tokenizer than the policy "
+                raise InputError(f"reference {self.config.reference_path!r} has another tokenizer than the policy "
                                  f"{self.config.model!r}; SPO needs both to score the same token ids")
             self._reference = ref.model.eval().requires_grad_(False)
         return self._reference

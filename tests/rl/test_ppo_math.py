@@ -30,7 +30,7 @@ def gae_by_hand(rewards: list[float], values: list[float], gamma: float, lam: fl
     """Textbook GAE for one unpadded episode: A_t = Σ_l (γλ)^l δ_{t+l}, V after the end = 0."""
     n = len(rewards)
     deltas = [rewards[t] + gamma * (values[t + 1] if t + 1 < n else 0.0) - values[t] for t in range(n)]
-    return [sum((gamma * lam) ** (l - t) * deltas[l] for l in range(t, n)) for t in range(n)]
+    return [sum((gamma * lam) ** (u - t) * deltas[u] for u in range(t, n)) for t in range(n)]
 
 
 @pytest.mark.parametrize("gamma, lam", [(1.0, 0.95), (0.9, 0.5), (1.0, 1.0), (0.99, 0.0)])
