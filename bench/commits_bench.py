@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from spo_lake.lake import Lake
-from spo_lake.pipelines.common import BufferedAppender
+from spo_lake.lake.appender import BufferedAppender
 
 MARKS = (100, 300, 1000, 3000, 10_000, 30_000)
 

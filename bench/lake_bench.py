@@ -165,14 +165,14 @@ def main() -> None:
               f"in {time.perf_counter() - t0:.1f}s; {os.cpu_count()} CPUs")
         plain = work / "plain.parquet"
         raw = lake_run = (float("inf"), 0.0)
-        for r in range(args.repeats):  # alternate, so both see the same machine load
+        for _ in range(args.repeats):  # alternate, so both see the same machine load
             wall, cpu, _ = timed(lambda: pq.write_table(data, plain, compression=COMPRESSION,
                                                         row_group_size=ROW_GROUP_ROWS))
             raw = min(raw, (wall, cpu))
             shutil.rmtree(work / "lake", ignore_errors=True)
             lake = Lake.init(work / "lake")
             add_prompts(lake, from_arrow(prompts_table(), PROMPT_FIELDS, "bench-prompts", "prompts"))
-            wall, cpu, report = timed(lambda: ingest_trajectories(
+            wall, cpu, report = timed(lambda lake=lake: ingest_trajectories(
                 lake, from_arrow(data, TRAJECTORY_FIELDS, "bench", "trajectories"), source="policy"))
             assert report.new == args.rows, report
             lake_run = min(lake_run, (wall, cpu))

@@ -20,13 +20,14 @@ from pathlib import Path
 
 import torch
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.tokens import render_prompt, tokenizer_id, trajectory_token_ids
 from spo_lake.pipelines.evaluate import evaluate
 from spo_lake.pipelines.pts import TOLERANCE, rollouts, search
 from spo_lake.pipelines.q0 import latest_prompt_values, q0
-from spo_lake.pipelines.sample import render_prompt, select_prompts, tokenizer_id, trajectory_token_ids
+from spo_lake.pipelines.sample import select_prompts
 from spo_lake.tasks import Problem, SandboxOptions
 
 

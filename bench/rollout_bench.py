@@ -22,7 +22,7 @@ from pathlib import Path
 
 import ray
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.pipelines.sample import sample

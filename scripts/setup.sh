@@ -35,8 +35,8 @@ else
   quiet_pip "$TORCH"
 fi
 
-say "[4/4] spo-lake and its dependencies (editable, with the test extras)"
-quiet_pip -e '.[test]'
+say "[4/4] spo-lake and its dependencies (editable, with the test and dev extras)"
+quiet_pip -e '.[test,dev]'
 
 .venv/bin/python - <<'EOF'
 import torch

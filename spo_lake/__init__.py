@@ -24,7 +24,7 @@ except PackageNotFoundError:  # run from a source tree that was never installed
     __version__ = "0+unknown"
 
 _API = {
-    "Lake": "spo_lake.lake", "LakeError": "spo_lake.lake", "Snapshot": "spo_lake.lake",
+    "Lake": "spo_lake.lake", "LakeError": "spo_lake.lake", "Snapshot": "spo_lake.lake", "UserError": "spo_lake.errors",
     "IngestError": "spo_lake.ingest", "IngestReport": "spo_lake.ingest", "RewardMap": "spo_lake.ingest",
     "ingest_prompts": "spo_lake.ingest",
     "Export": "spo_lake.exports", "Shape": "spo_lake.exports", "export": "spo_lake.exports",

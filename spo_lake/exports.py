@@ -31,6 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from spo_lake.errors import InputError
 from spo_lake.ingest.shapes import formatted_prompt
 from spo_lake.lake import Lake
 
@@ -128,14 +129,14 @@ def export(lake: Lake, snapshot: str, shape: Shape | str = Shape.raw, query: str
     snap = lake.get_snapshot(snapshot)
     if shape is Shape.raw:
         if query is None:
-            raise ValueError("--shape raw needs a --query")
+            raise InputError("--shape raw needs a --query")
         table = lake.sql(query, snapshot=snap)
     else:
         column, default = _SELECTS[shape]
         query = query.strip().rstrip(";") if query else default
         returned = lake.sql(f"SELECT * FROM ({query}) LIMIT 0", snapshot=snap).column_names
         if column not in returned:
-            raise ValueError(f"--shape {shape.value}: the query must return a {column!r} column (it returns "
+            raise InputError(f"--shape {shape.value}: the query must return a {column!r} column (it returns "
                              f"{', '.join(returned) or 'nothing'})")
         table = _BUILDERS[shape](lake, snap, query, chat)
     provenance = {"snapshot": snap.name, "versions": snap.versions, "query": query, "shape": shape.value,

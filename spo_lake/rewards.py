@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from spo_lake.pipelines.judge import judge_many
 from spo_lake.tasks import Problem, SandboxOptions, task_names
+from spo_lake.tasks.judge import judge_many
 
 
 def completion_text(completion: str | Sequence[dict[str, Any]]) -> str:

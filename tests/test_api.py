@@ -27,7 +27,6 @@ def test_every_public_name_imports_and_is_documented():
 
 def test_ingest_is_both_the_package_and_the_function(tmp_path):
     import spo_lake.ingest.ids as ids  # the package's modules import as usual
-
     from spo_lake import Lake, ingest
 
     assert ids.response_hashes and callable(ingest)
@@ -36,10 +35,9 @@ def test_ingest_is_both_the_package_and_the_function(tmp_path):
 
 
 def test_the_readme_python_block_runs_as_written(tmp_path, monkeypatch):
-    from tests.test_snapshot_readers import readme_block
-
     from spo_lake import Lake
-    from spo_lake.cli.ingest_cmds import ingest_dataset
+    from spo_lake.ingest.datasets import ingest_dataset
+    from tests.test_snapshot_readers import readme_block
 
     repo = Path(__file__).resolve().parents[1]
     (tmp_path / "examples").symlink_to(repo / "examples")

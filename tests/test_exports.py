@@ -18,7 +18,7 @@ PROMPT_COLUMNS = ["prompt", "prompt_id", "task", "problem", "tests", "time_limit
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory) -> Lake:
     """Countdown problems with solver solutions (passing), wrong answers (failing, one twice) and an unjudged row."""
-    from spo_lake.cli.ingest_cmds import ingest_dataset
+    from spo_lake.ingest.datasets import ingest_dataset
 
     lake = Lake.init(tmp_path_factory.mktemp("export") / "lake")
     ingest_dataset(lake, "countdown", None, n=3, seed=0)

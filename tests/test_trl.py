@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 import trl
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -18,7 +17,7 @@ COMMON = dict(max_steps=1, per_device_train_batch_size=2, learning_rate=1e-3, us
 
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory) -> Lake:
-    from spo_lake.cli.ingest_cmds import ingest_dataset
+    from spo_lake.ingest.datasets import ingest_dataset
 
     lake = Lake.init(tmp_path_factory.mktemp("trl") / "lake")
     ingest_dataset(lake, "countdown", None, n=4, seed=0)  # solver solutions: passing trajectories

@@ -1,4 +1,4 @@
-"""`spolake chain`: training runs that build on each other through the lake (spo_lake.rl.chain)."""
+"""`spolake chain`: training runs that build on each other through the lake (spo_lake.chain)."""
 from __future__ import annotations
 
 import sys
@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
                   "(default: every run starts from π0)"),
               quiet: bool = typer.Option(False, help="no live progress display")) -> None:
         """Run k trains from a snapshot holding everything runs 1..k−1 wrote back. Re-running continues."""
-        from spo_lake.rl.chain import RunFailed, load_chain, run_chain
+        from spo_lake.chain import RunFailed, load_chain, run_chain
 
         spec = load_chain(config, list(set_ or []), name=name, from_previous_checkpoint=from_previous_checkpoint)
         try:

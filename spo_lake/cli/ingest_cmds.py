@@ -1,30 +1,21 @@
 """Ingest verbs: `ingest` (trajectories) and `prompts add` (files or built-in dataset loaders)."""
 from __future__ import annotations
 
-import importlib
 import signal
 import sys
 from typing import Optional
 
 import typer
 
+from spo_lake.errors import InputError
 from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json, open_lake, parse_map, user_errors
-from spo_lake.ingest import (
-    PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, from_records, ingest_trajectories, load_batch, located,
-)
+from spo_lake.ingest import PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, ingest_trajectories, load_batch
 from spo_lake.ingest.core import BATCH_ROWS, IngestReport, load_batches
+from spo_lake.ingest.datasets import DATASETS, ingest_dataset
 from spo_lake.ingest.records import SOURCES
 from spo_lake.ingest.shapes import REWARD_CONVENTIONS, TRAJECTORY_FIELD_DOCS, ExtraFields, RewardMap
 
 prompts_app = typer.Typer(help="Problems: add from files or built-in dataset loaders.")
-
-# dataset name -> module with `load(path, **kw) -> (prompt_records, trajectory_records)`
-DATASETS = {
-    "countdown": "spo_lake.tasks.countdown",
-    "humaneval": "spo_lake.tasks.humaneval",
-    "codecontests": "spo_lake.tasks.codecontests",
-    "taco": "spo_lake.tasks.taco",
-}
 
 INGEST_HELP = ("Ingest trajectory records; validates everything before one commit; re-ingest is a no-op. Streams: "
                "memory stays bounded by --batch-rows whatever the input's size.\n\n"
@@ -32,19 +23,6 @@ INGEST_HELP = ("Ingest trajectory records; validates everything before one commi
                "\n\n" + "\n".join(f"  {name}: {doc}" for name, doc in TRAJECTORY_FIELD_DOCS.items()))
 CONVENTIONS = ", ".join(f"{name} ({pairs})" for name, pairs in REWARD_CONVENTIONS.items())
 EXTRA_HELP = "unknown input fields: metadata (keep them there), drop, or error"
-
-
-def ingest_dataset(lake, name: str, path: str | None, **kwargs) -> tuple:
-    """Load a dataset's problems and human solutions and commit both; returns the two reports."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}")
-    loader = importlib.import_module(DATASETS[name]).load
-    prompt_records, trajectory_records = loader(path, **{k: v for k, v in kwargs.items() if v is not None})
-    origin = f"{name}:{path}" if path else name
-    p = add_prompts(lake, from_records(located(prompt_records, origin), PROMPT_FIELDS, "prompts"))
-    t = ingest_trajectories(lake, from_records(located(trajectory_records, origin), TRAJECTORY_FIELDS, "trajectories"),
-                            source="human", defaults={"model": f"{name}-solutions"})
-    return p, t
 
 
 def report_json(path: str, report: IngestReport) -> dict:
@@ -72,7 +50,7 @@ def register(app: typer.Typer) -> None:
                                                                "with it, not with the input)"),
                format: OutputFormat = FORMAT_OPTION) -> None:
         if source not in SOURCES:
-            raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
+            raise InputError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         rewards = RewardMap.parse(reward_map) if reward_map else None
         mapping = parse_map(map)
 
@@ -110,7 +88,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"{dataset}: prompts {p.summary()}; human solutions {t.summary()}")
             return
         if path is None:
-            raise ValueError("give a prompt records FILE or --dataset NAME")
+            raise InputError("give a prompt records FILE or --dataset NAME")
         with console.status(f"reading and validating {path}"):
             batch = load_batch(path, PROMPT_FIELDS, "prompts", parse_map(map), extra=extra)
             report = add_prompts(open_lake(create=True), batch)

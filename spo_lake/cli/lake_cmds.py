@@ -12,6 +12,7 @@ import pyarrow as pa
 import typer
 from rich.table import Table
 
+from spo_lake.errors import InputError
 from spo_lake.cli.common import FORMAT_OPTION, STATE, OutputFormat, console, emit_json, open_lake, user_errors
 from spo_lake.lake import Lake, LakeError, table_names
 from spo_lake.lake.core import DEFAULT_RETENTION_HOURS
@@ -64,7 +65,7 @@ def write_arrow(t: pa.Table, fmt: str, out: Path | None) -> None:
 
     if fmt == "parquet":
         if out is None:
-            raise ValueError("--format parquet needs --out PATH")
+            raise InputError("--format parquet needs --out PATH")
         pq.write_table(t, out)
     elif fmt == "csv":
         sink = pa.BufferOutputStream()
@@ -77,7 +78,7 @@ def write_arrow(t: pa.Table, fmt: str, out: Path | None) -> None:
     elif fmt == "table":
         show_table(t)
     else:
-        raise ValueError(f"unknown format {fmt!r}")
+        raise InputError(f"unknown format {fmt!r}")
 
 
 def _snapshot_json(snap) -> dict:
@@ -220,9 +221,9 @@ def register(app: typer.Typer) -> None:
         """Delete files that no snapshot and no version younger than the retention window references."""
         lake = open_lake()
         if retention_hours < DEFAULT_RETENTION_HOURS:
-            console.print(f"[bold red]warning:[/] --retention-hours {retention_hours} deletes files of versions younger "
-                          f"than {DEFAULT_RETENTION_HOURS} h: a query, export or pipeline still reading one of them "
-                          "fails (snapshots stay readable)")
+            console.print(f"[bold red]warning:[/] --retention-hours {retention_hours} deletes files of versions "
+                          f"younger than {DEFAULT_RETENTION_HOURS} h: a query, export or pipeline still reading one of "
+                          "them fails (snapshots stay readable)")
         with console.status("vacuuming"):
             res = lake.vacuum(retention_hours=retention_hours, dry_run=dry_run,
                                      orphan_age_hours=orphan_age_hours)

@@ -6,9 +6,11 @@ from typing import Optional, Tuple
 
 import typer
 
-from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, open_lake, show_report, user_errors
-from spo_lake.cli.common import THREADS_OPTION
-from spo_lake.cli.pipeline_cmds import EXECUTOR_HELP, RAY_ADDRESS_HELP, SANDBOX_HELP, sandbox_options
+from spo_lake.errors import InputError
+from spo_lake.cli.common import (
+    FORMAT_OPTION, SANDBOX_DEFAULTS, THREADS_OPTION, Executor, MemoryMb, OutputFormat, RayAddress, Sandbox, TimeoutS,
+    Workers, console, open_lake, sandbox_options, show_report, user_errors,
+)
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
 
@@ -78,20 +80,22 @@ def register(app: typer.Typer) -> None:
                    None, help="LO HI: one temperature per prompt drawn uniformly (by seed) instead of --temperature"),
                top_p: float = typer.Option(1.0, help="nucleus sampling p"),
                max_new_tokens: int = typer.Option(256, help="longest response in tokens"),
-               source: str = typer.Option("reference", help="source recorded on the rows (reference, cot, policy, ...)"),
-               template: Optional[str] = typer.Option(None, help="text file wrapping the prompt at its {prompt} placeholder"),
+               source: str = typer.Option("reference",
+                                          help="source recorded on the rows (reference, cot, policy, ...)"),
+               template: Optional[str] = typer.Option(None,
+                                                      help="text file wrapping the prompt at its {prompt} placeholder"),
                evaluate: bool = typer.Option(False, "--evaluate", help="judge each response right away"),
                seed: int = typer.Option(0, help="sampling seed"),
                batch: int = typer.Option(64, help="responses per generation batch"),
                device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
                threads: Optional[int] = THREADS_OPTION,
-               workers: Optional[int] = typer.Option(None, help="parallel sandboxes with --evaluate (default: cores)"),
-               timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
-               memory_mb: int = typer.Option(512, help="address-space limit"),
-               sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+               workers: Workers = None,
+               timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
+               memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
+               sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
                model_id: Optional[str] = MODEL_ID_OPTION,
-               executor: str = typer.Option("local", help=EXECUTOR_HELP),
-               ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
+               executor: Executor = "local",
+               ray_address: RayAddress = None,
                format: OutputFormat = FORMAT_OPTION) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
@@ -100,7 +104,7 @@ def register(app: typer.Typer) -> None:
 
         use_threads(threads)
         if source not in SOURCES:
-            raise ValueError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
+            raise InputError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         options, template_text = sandbox_options(timeout_s, memory_mb, sandbox), read_template(template)
         policy = load_model(model, device, model_id=model_id)
         report = run(open_lake(), policy, where=where, n=n, temperature=temperature, top_p=top_p,
@@ -120,17 +124,18 @@ def register(app: typer.Typer) -> None:
            batch: int = typer.Option(64, help="responses per generation batch"),
            device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
            threads: Optional[int] = THREADS_OPTION,
-           workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
-           timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
-           memory_mb: int = typer.Option(512, help="address-space limit"),
-           sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+           workers: Workers = None,
+           timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
+           memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
+           sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
            model_id: Optional[str] = MODEL_ID_OPTION,
-           executor: str = typer.Option("local", help=EXECUTOR_HELP),
-           ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
+           executor: Executor = "local",
+           ray_address: RayAddress = None,
            format: OutputFormat = FORMAT_OPTION) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
         from spo_lake.models.threads import use_threads
-        from spo_lake.pipelines.q0 import PAPER_BETA, q0 as run
+        from spo_lake.pipelines.q0 import q0 as run
+        from spo_lake.scores import PAPER_BETA
 
         use_threads(threads)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
@@ -168,10 +173,10 @@ def register(app: typer.Typer) -> None:
             seed: int = typer.Option(0, help="sampling seed"),
             device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
             threads: Optional[int] = THREADS_OPTION,
-            workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
-            timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
-            memory_mb: int = typer.Option(512, help="address-space limit"),
-            sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+            workers: Workers = None,
+            timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
+            memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
+            sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
             model_id: Optional[str] = MODEL_ID_OPTION,
             format: OutputFormat = FORMAT_OPTION) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""

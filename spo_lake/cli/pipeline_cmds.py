@@ -1,47 +1,38 @@
-"""Curation verbs: evaluate, dedup, report."""
+"""Curation verbs: judge, dedup, report."""
 from __future__ import annotations
 
 from typing import Optional
 
 import typer
 
-from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json, open_lake, show_report, user_errors
+from spo_lake.cli.common import (
+    FORMAT_OPTION, SANDBOX_DEFAULTS, Executor, MemoryMb, OutputFormat, RayAddress, Sandbox, TimeoutS, Workers, console,
+    emit_json, open_lake, sandbox_options, show_report, user_errors,
+)
 from spo_lake.cli.lake_cmds import show_table, write_arrow
 
 report_app = typer.Typer(help="Reports over the lake.")
 
-SANDBOX_HELP = "bwrap (default) or none — none runs generated code UNSANDBOXED on this machine; never on untrusted data"
-EXECUTOR_HELP = "local (this process) or ray (Ray workers; same rows as local)"
-RAY_ADDRESS_HELP = "the Ray cluster for --executor ray, e.g. ray://head:10001 or auto (default: a new local instance)"
-
-
-def sandbox_options(timeout_s: float, memory_mb: int, sandbox: str):
-    from spo_lake.tasks import SandboxOptions
-
-    if sandbox not in ("bwrap", "none"):
-        raise ValueError(f"--sandbox {sandbox!r}: bwrap or none")
-    if sandbox == "none":
-        console.print("[bold red]WARNING: --sandbox none: generated code runs unsandboxed with your privileges[/bold red]")
-    return SandboxOptions(timeout_s=timeout_s, memory_mb=memory_mb, mode=sandbox)
-
-
 def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
-    def evaluate(where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
-                 workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
-                 timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
-                 memory_mb: int = typer.Option(512, help="address-space limit"),
-                 sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
-                 executor: str = typer.Option("local", help=EXECUTOR_HELP),
-                 ray_address: Optional[str] = typer.Option(None, help=RAY_ADDRESS_HELP),
+    def judge(where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
+                 workers: Workers = None,
+                 timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
+                 memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
+                 sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
+                 executor: Executor = "local",
+                 ray_address: RayAddress = None,
                  format: OutputFormat = FORMAT_OPTION) -> None:
-        """Judge every trajectory its task's verifier has not judged yet (incremental, resumable)."""
+        """Judge every trajectory its task's verifier has not judged yet in the sandbox (incremental, resumable); `eval`
+        is pass@k of a model."""
         from spo_lake.pipelines.evaluate import evaluate as run
 
         report = run(open_lake(), where=where, options=sandbox_options(timeout_s, memory_mb, sandbox), workers=workers,
                      executor=executor, ray_address=ray_address)
         show_report(report, format)
+
+    app.command("evaluate", hidden=True, help="The old name of `judge`.")(judge)
 
     @app.command()
     @user_errors
@@ -54,7 +45,8 @@ def register(app: typer.Typer) -> None:
 
     @report_app.command("passk")
     @user_errors
-    def passk(snapshot: Optional[str] = typer.Option(None), group_by: str = typer.Option("source", help="source|model|run_id|prompt|none"),
+    def passk(snapshot: Optional[str] = typer.Option(None),
+              group_by: str = typer.Option("source", help="source|model|run_id|prompt|none"),
               k: str = typer.Option("1,10", help="comma-separated k values"),
               where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t"),
               format: str = typer.Option("table", "--format", help="table|csv|json")) -> None:

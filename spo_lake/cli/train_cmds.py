@@ -7,10 +7,11 @@ from typing import Optional
 
 import typer
 
+from spo_lake.errors import InputError
 from spo_lake.cli.common import (
-    FORMAT_OPTION, THREADS_OPTION, OutputFormat, console, emit_json, open_lake, user_errors,
+    FORMAT_OPTION, SANDBOX_HELP, THREADS_OPTION, OutputFormat, console, emit_json, open_lake, sandbox_options,
+    user_errors,
 )
-from spo_lake.cli.pipeline_cmds import SANDBOX_HELP, sandbox_options
 
 
 def quiet_transformers() -> None:
@@ -59,8 +60,13 @@ def register(app: typer.Typer) -> None:
         lake = open_lake()
         with process_group() as world:
             with console.status("setting up the run") if world.main else nullcontext():
-                trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet) if resume else \
-                    Trainer(load_config(config, overrides), lake, show_progress=not quiet)
+                if resume:
+                    if config:
+                        raise InputError("--resume continues the run's recorded config; drop --config "
+                                         "(use --set to change keys)")
+                    trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet)
+                else:
+                    trainer = Trainer(load_config(config, overrides), lake, show_progress=not quiet)
             say = console.print if world.main else (lambda *_: None)  # one process speaks for the run
             say(f"run {trainer.run_id}: snapshot {trainer.snapshot}, from step {trainer.step}, "
                 f"directory {trainer.run_dir}")
@@ -99,7 +105,7 @@ def register(app: typer.Typer) -> None:
         try:
             ks = tuple(int(x) for x in k.split(",") if x.strip())
         except ValueError:
-            raise ValueError(f"--k {k!r}: expected comma-separated integers such as 1,10") from None
+            raise InputError(f"--k {k!r}: expected comma-separated integers such as 1,10") from None
         settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         lake = open_lake()

@@ -29,7 +29,7 @@ from spo_lake.pipelines.dedup import dedup
 from spo_lake.pipelines.evaluate import evaluate
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
 from spo_lake.pipelines.views import first_solved, prompt_solves
-from spo_lake.rl.chain import ChainSpec, run_chain
+from spo_lake.chain import ChainSpec, run_chain
 from spo_lake.rl.config import config_from_dict
 from spo_lake.rl.run import checkpoint_dirs
 

@@ -182,7 +182,8 @@ def pts_curve(lake: Lake, snapshot: str) -> dict[str, Any] | None:
     tid = best[0]["trajectory_id"]
     params = {"tid": tid}
     points = lake.sql("""SELECT position, max_by(n_success::DOUBLE / n, n) AS s FROM "values"
-                         WHERE trajectory_id = $tid GROUP BY position ORDER BY position""", snapshot, params).to_pylist()
+                         WHERE trajectory_id = $tid GROUP BY position ORDER BY position""",
+                      snapshot, params).to_pylist()
     pivots = lake.sql("SELECT position, token_id, s_before, s_after FROM pivots WHERE trajectory_id = $tid "
                       "ORDER BY position", snapshot, params).to_pylist()
     row = lake.sql("SELECT t.response_text, p.prompt FROM trajectories t JOIN prompts p USING (prompt_id) "

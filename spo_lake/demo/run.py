@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from spo_lake.lake import Lake
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
+from spo_lake.rl.run import read_metrics
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "quickstart.toml"
 PI0 = "π0"
@@ -160,7 +161,7 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{name}: training exited with {os.waitstatus_to_exitcode(status)}")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = read_metrics(run_dir)
     curve = [{k: v for k, v in r.items() if k == "step" or "pass@" in k} for r in records if "pass@1" in r]
     steps = [r["seconds"] for r in records if "seconds" in r]
     return MethodResult(name, config["run_name"], curve[-1] if curve else {}, curve, time.perf_counter() - started,
@@ -194,9 +195,9 @@ def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None])
 def run_demo(out: Path, *, quick: bool = False, seeds: tuple[int, ...] | None = None,
              log: Callable[[str], None] = print) -> dict[str, Any]:
     """All seeds, then the report over them; returns the aggregated summary (also in demo_metrics.json)."""
-    from spo_lake.demo.report import write_report
-
     import torch
+
+    from spo_lake.demo.report import write_report
 
     # The tiny model's matrices are too small for intra-op threads to pay off, and spinning threads stall badly
     # on a busy machine: one thread here and in every training child.

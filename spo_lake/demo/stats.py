@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from spo_lake.rl.metrics import pass_at_k
+from spo_lake.scores import pass_at_k
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float]:

@@ -20,6 +20,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spo_lake.errors import InputError
 from spo_lake.ingest.ids import SeenIds, adopt_unattributed, response_digests, trajectory_ids
 from spo_lake.ingest.readers import (
     IngestError, Located, is_parquet, read_hf, read_parquet, read_parquet_batches, read_records,
@@ -70,7 +71,7 @@ def load_batches(path: str, fields: dict[str, str], what: str, mapping: dict[str
     """`load_batch`, streamed: batches of at most `batch_rows` input rows, each naming rows by their place in the
     whole input. JSONL, CSV and Parquet are read incrementally; a dataset is memory-mapped by `datasets` already."""
     if batch_rows < 1:
-        raise ValueError(f"batch size must be at least 1, got {batch_rows}")
+        raise InputError(f"batch size must be at least 1, got {batch_rows}")
     shaping = Shaping(fields, what, extra, reward_map)
     if hf_split is not None:
         table = read_hf(path, hf_split)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from spo_lake.errors import InputError
 from spo_lake.ingest.core import BATCH_ROWS, IngestReport, add_prompts, ingest_trajectories, load_batch, load_batches
 from spo_lake.ingest.readers import IngestError, Located
 from spo_lake.ingest.records import PROMPT_FIELDS, TRAJECTORY_FIELDS, Batch
@@ -69,7 +70,7 @@ def ingest(lake: Lake | str | os.PathLike, data: Input, *, source: str = "import
     from spo_lake.ingest.records import SOURCES
 
     if source not in SOURCES:
-        raise ValueError(f"source {source!r}: unknown (one of {', '.join(SOURCES)})")
+        raise InputError(f"source {source!r}: unknown (one of {', '.join(SOURCES)})")
     if isinstance(data, (str, os.PathLike)):
         extra = ExtraFields(extra)
         rewards = RewardMap.parse(reward_map) if isinstance(reward_map, str) else reward_map

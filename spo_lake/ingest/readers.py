@@ -17,6 +17,8 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
+from spo_lake.errors import UserError
+
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
@@ -25,7 +27,7 @@ def max_line_bytes() -> int:
     return int(os.environ.get("SPOLAKE_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES))
 
 
-class IngestError(ValueError):
+class IngestError(UserError, ValueError):
     """Bad input. The message is one line naming the file, the line/row and the field."""
 
 

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
+from spo_lake.errors import InputError
 from spo_lake.ingest.readers import IngestError, Located, reject_constant
 from spo_lake.ingest.records import SCHEMA_NAMES, Batch, from_arrow, from_records
 
@@ -79,10 +80,10 @@ class RewardMap:
             try:
                 src, dst = (float(x) for x in item.split("="))
             except ValueError:
-                raise ValueError(f"reward map {text!r}: expected input=lake pairs such as 1=0,0=-1, or one of "
+                raise InputError(f"reward map {text!r}: expected input=lake pairs such as 1=0,0=-1, or one of "
                                  f"{', '.join(REWARD_CONVENTIONS)}") from None
             if dst not in LAKE_REWARDS:
-                raise ValueError(f"reward map {text!r}: maps {src:g} to {dst:g}; lake rewards are 0 (pass) or -1")
+                raise InputError(f"reward map {text!r}: maps {src:g} to {dst:g}; lake rewards are 0 (pass) or -1")
             values[src] = dst
         return cls(values, ",".join(f"{k:g}={v:g}" for k, v in values.items()))
 
@@ -143,7 +144,8 @@ def typed_batch(table: pa.Table, origin: str, shaping: Shaping, mapping: dict[st
     if not lists or len(records) != table.num_rows:  # no list columns, or preference rows split in two
         return shaped_batch((Located(row(i), r) for i, r in enumerate(table.to_pylist())), shaping)
     scalars = from_records(records, {f: k for f, k in shaping.fields.items() if f not in lists}, shaping.what)
-    typed = from_arrow(table.select(lists), {f: shaping.fields[f] for f in lists}, origin, shaping.what, first_row).table
+    typed = from_arrow(table.select(lists), {f: shaping.fields[f] for f in lists}, origin, shaping.what,
+                       first_row).table
     out = scalars.table
     for name in lists:
         out = out.append_column(name, typed.column(name))

@@ -16,6 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spo_lake.errors import UnknownName, UserError
+
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
 
 _TYPES: dict[str, pa.DataType] = {
@@ -33,7 +35,7 @@ _TYPES: dict[str, pa.DataType] = {
 }
 
 
-class ContractError(ValueError):
+class ContractError(UserError, ValueError):
     """Rows that do not satisfy a table contract. The message names the table, row and field."""
 
 
@@ -106,7 +108,7 @@ def _first_null(arr: pa.ChunkedArray | pa.Array) -> int:
 def contract(table: str) -> Contract:
     path = SCHEMA_DIR / f"{table}.json"
     if not path.exists():
-        raise KeyError(f"no contract for table {table!r} (looked in {SCHEMA_DIR})")
+        raise UnknownName(f"no contract for table {table!r} (looked in {SCHEMA_DIR})")
     raw = json.loads(path.read_text())
     return Contract(
         table=raw["table"],

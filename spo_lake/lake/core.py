@@ -32,6 +32,7 @@ from spo_lake.lake import doctor, inflight
 from spo_lake.lake.contracts import Contract, contract, table_names
 from spo_lake.lake.errors import LakeError, delta_message
 from spo_lake.lake.inflight import Lease
+from spo_lake.lake.sql import add_missing_columns, referenced_tables, require_read_only, sql_literal
 from spo_lake.lake.store import Store
 from spo_lake.lake.writer import lake_lock, write_files
 
@@ -505,17 +506,37 @@ class Lake:
             return pl.scan_delta(self.uri(table), version=version, storage_options=self.storage_options)
         return pl.scan_parquet(files, missing_columns="insert", extra_columns="ignore")
 
+    def connect(self, snapshot: str | Snapshot | None = None, threads: int | None = None,
+                tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with `tables` (default: all) as views at the snapshot's versions."""
+        con = duckdb.connect()
+        if threads:
+            con.execute(f"SET threads = {int(threads)}")
+        versions = self.resolve(snapshot)
+        for table in tables or table_names():
+            version = versions[table]
+            files = self.files(table, version)
+            if not files:
+                con.register(f"_{table}_empty", contract(table).arrow_schema.empty_table())
+                con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM "_{table}_empty"')
+            elif _is_uri(self.root):
+                con.register(f"_{table}_ds", self.arrow_dataset(table, version))
+                con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM "_{table}_ds"')
+            else:  # a view cannot take parameters: the file list is quoted into it
+                paths = ", ".join(sql_literal(f) for f in files)
+                con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{paths}], union_by_name = true)')
+            add_missing_columns(con, table)
+        return con
+
     def sql(self, query: str, snapshot: str | Snapshot | None = None,
             params: dict[str, Any] | list[Any] | None = None, writes: bool = False) -> pa.Table:
         """Run DuckDB SQL with every table visible as a view at the snapshot's versions; `params` bind `$name` (a
         dict) or `?` (a list) placeholders, so values never need quoting into the query. Only SELECT statements
         run unless `writes` (COPY ... TO, CREATE, ATTACH, INSTALL/LOAD, SET write files or change the session)."""
-        from spo_lake.lake.sql import connect, referenced_tables, require_read_only
-
         if not writes:
             require_read_only(query)
         try:
-            con = connect(self, snapshot, tables=referenced_tables(query))
+            con = self.connect(snapshot, tables=referenced_tables(query))
             try:
                 rel = con.sql(query, params=params)
                 return rel.to_arrow_table() if rel is not None else pa.table({})

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import re
 
+from spo_lake.errors import UserError
+
 _FRAME = re.compile(r"^\s*\d+: |^\s+at ")  # a Rust backtrace frame ("  3: <unknown>", "    at ./nptl/...")
 _COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
-class LakeError(RuntimeError):
+class LakeError(UserError, RuntimeError):
     """A lake-level problem the user must fix (no lake, unknown snapshot, name taken, damaged table, ...)."""
 
 

@@ -1,4 +1,6 @@
-"""DuckDB over the lake: each table is a view at a pinned Delta version.
+"""SQL over the lake: checks on user queries, quoting, and the queries several layers share.
+
+`Lake.connect` makes each table a view at a pinned Delta version.
 
 Local lakes are read by DuckDB's native Parquet reader over exactly the files of that version (Delta-rs writes no
 deletion vectors, so the file list *is* the table); object-store lakes go through the pyarrow dataset, which needs no
@@ -6,15 +8,44 @@ DuckDB extension.
 """
 from __future__ import annotations
 
+import re
+
 import duckdb
 
 from spo_lake.lake.contracts import contract, table_names
-from spo_lake.lake.core import Lake, Snapshot, _is_uri
 from spo_lake.lake.errors import LakeError
 
 
-def _quote(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
+def sql_literal(value: str | None) -> str:
+    """`value` as a SQL string literal: only for what DuckDB cannot bind as a parameter (view definitions,
+    `{name}` slots of query templates); everything else goes through `Lake.sql(..., params=...)`."""
+    return "NULL" if value is None else "'" + value.replace("'", "''") + "'"
+
+
+def where_clause(where: str | None) -> str:
+    return f"WHERE ({where})" if where else ""
+
+
+# A trajectory's outcome: a real verifier's verdict wins over an imported one; the latest wins among equals.
+VERDICT_SQL = """
+SELECT trajectory_id, arg_max(reward, (verifier <> 'imported', created_at)) AS reward,
+       arg_max(passed, (verifier <> 'imported', created_at)) AS passed,
+       arg_max(verdict, (verifier <> 'imported', created_at)) AS verdict
+FROM evaluations GROUP BY trajectory_id
+"""
+
+DEDUP_METHOD = "python-tokens-v1"  # the normalisation `spolake dedup` hashes programs under
+
+# One row per (prompt, program): the earliest trajectory is canonical; `sources` lists every source that produced it.
+CANONICAL_SQL = f"""
+SELECT d.prompt_id, d.code_hash,
+       arg_min(t.trajectory_id, (t.created_at, t.trajectory_id)) AS canonical_trajectory_id,
+       list(DISTINCT t.source ORDER BY t.source) AS sources,
+       count(*) AS group_size
+FROM duplicates d JOIN trajectories t USING (trajectory_id)
+WHERE d.method = '{DEDUP_METHOD}'
+GROUP BY d.prompt_id, d.code_hash
+"""
 
 
 def require_read_only(query: str) -> None:
@@ -28,37 +59,14 @@ def require_read_only(query: str) -> None:
 
 def referenced_tables(query: str) -> list[str]:
     """Lake tables `query` names; every table when it names none or cannot be parsed (DuckDB then reports why)."""
-    try:
-        names = {n.lower() for n in duckdb.get_table_names(query)}
+    try:  # (DuckDB's parser refuses `$name` parameters here; a NULL in their place names the same tables)
+        names = {n.lower() for n in duckdb.get_table_names(re.sub(r"\$\w+", "NULL", query))}
     except duckdb.Error:
         return table_names()
     return [t for t in table_names() if t in names] or table_names()
 
 
-def connect(lake: Lake, snapshot: str | Snapshot | None = None, threads: int | None = None,
-            tables: list[str] | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with `tables` (default: all) as views at the snapshot's versions."""
-    con = duckdb.connect()
-    if threads:
-        con.execute(f"SET threads = {int(threads)}")
-    versions = lake.resolve(snapshot)
-    for table in tables or table_names():
-        version = versions[table]
-        files = lake.files(table, version)
-        if not files:
-            con.register(f"_{table}_empty", contract(table).arrow_schema.empty_table())
-            con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM "_{table}_empty"')
-        elif _is_uri(lake.root):
-            con.register(f"_{table}_ds", lake.arrow_dataset(table, version))
-            con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM "_{table}_ds"')
-        else:
-            paths = ", ".join(_quote(f) for f in files)
-            con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{paths}], union_by_name = true)')
-        _add_missing_columns(con, table)
-    return con
-
-
-def _add_missing_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:
+def add_missing_columns(con: duckdb.DuckDBPyConnection, table: str) -> None:
     """Columns a newer contract added (always nullable) read as NULL at versions written before them, so queries
     written against the contract work on every snapshot."""
     present = {row[0] for row in con.execute(f'DESCRIBE "{table}"').fetchall()}

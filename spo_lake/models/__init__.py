@@ -5,6 +5,8 @@ import-light so `spolake --help` does not load torch.
 """
 from __future__ import annotations
 
+from spo_lake.errors import InputError
+
 
 def load_policy(path_or_name: str, backend: str = "auto", device: str | None = None, dtype: str | None = None,
                 model_id: str | None = None):
@@ -17,7 +19,7 @@ def load_policy(path_or_name: str, backend: str = "auto", device: str | None = N
     from spo_lake.models.vllm_backend import VLLMPolicy, vllm_available
 
     if backend not in ("auto", "transformers", "vllm"):
-        raise ValueError(f"unknown backend {backend!r}; use 'auto', 'transformers' or 'vllm'")
+        raise InputError(f"unknown backend {backend!r}; use 'auto', 'transformers' or 'vllm'")
     if backend == "vllm" or (backend == "auto" and vllm_available()):
         return VLLMPolicy.from_pretrained(path_or_name, dtype=dtype or "auto", model_id=model_id)
     import torch

@@ -18,6 +18,7 @@ from typing import Mapping, Protocol, Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
 
+from spo_lake.errors import InputError
 from spo_lake.models.identity import model_identity, resolve_model
 from spo_lake.models.sampling import gather_token_log_probs, positions_from_mask, sampling_log_probs
 
@@ -106,7 +107,7 @@ def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
     if not isinstance(getattr(torch, dtype, None), torch.dtype):
-        raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16'")
+        raise InputError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16'")
     return getattr(torch, dtype)
 
 
@@ -136,8 +137,8 @@ class TransformersPolicy:
         try:
             tokenizer = AutoTokenizer.from_pretrained(target)
             model = AutoModelForCausalLM.from_pretrained(target, dtype=_resolve_dtype(dtype))
-        except OSError as exc:
-            raise ValueError(f"cannot load model {path_or_name!r}: {str(exc).splitlines()[0]}") from None
+        except (OSError, ValueError) as exc:  # what transformers raises for a directory or name it cannot load
+            raise InputError(f"cannot load model {path_or_name!r}: {str(exc).splitlines()[0]}") from None
         policy = cls(model.to(device), tokenizer, model_id=model_id or model_identity(path_or_name),
                      batch_size=batch_size)
         policy.source = target  # where it was loaded from: what another process loads (model_id is an identity)
@@ -168,7 +169,7 @@ class TransformersPolicy:
         seed: int = 0,
     ) -> list[SampleResult]:
         if temperature < 0 or not 0 < top_p <= 1 or n < 1 or max_new_tokens < 1:
-            raise ValueError(
+            raise InputError(
                 f"bad sampling settings: n={n} temperature={temperature} top_p={top_p} max_new_tokens={max_new_tokens}"
             )
         encoded = [self.encode_prompt(p) for p in prompts]

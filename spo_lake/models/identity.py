@@ -26,6 +26,8 @@ import os
 import re
 from pathlib import Path
 
+from spo_lake.errors import InputError
+
 HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+|[A-Za-z0-9][\w.-]*")
 BIG_FILE = 64 << 20
 SAMPLES, SAMPLE_BYTES = 16, 64 << 10
@@ -50,9 +52,9 @@ def resolve_model(name: str) -> str:
         return name
     path = Path(name).expanduser().resolve()
     if not path.is_dir():
-        raise ValueError(f"model {name}: no such directory ({path})")
+        raise InputError(f"model {name}: no such directory ({path})")
     if not (path / "config.json").is_file():
-        raise ValueError(f"model {name}: {path} has no config.json (not a transformers model directory)")
+        raise InputError(f"model {name}: {path} has no config.json (not a transformers model directory)")
     return str(path)
 
 

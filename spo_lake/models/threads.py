@@ -12,6 +12,8 @@ import math
 import os
 from pathlib import Path
 
+from spo_lake.errors import InputError
+
 CGROUP_V2_MAX = Path("/sys/fs/cgroup/cpu.max")
 CGROUP_V1_QUOTA = Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")
 CGROUP_V1_PERIOD = Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us")
@@ -50,7 +52,7 @@ def use_threads(threads: int | None = None, concurrent: int = 1) -> int:
     import torch
 
     if threads is not None and threads < 0:
-        raise ValueError(f"threads must be >= 0 (0 = from the available cores), got {threads}")
+        raise InputError(f"threads must be >= 0 (0 = from the available cores), got {threads}")
     n = threads or default_threads(concurrent)
     torch.set_num_threads(n)
     return n

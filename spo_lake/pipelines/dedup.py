@@ -9,23 +9,13 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
+from spo_lake.console import progress_bar
 from spo_lake.lake import Lake
-from spo_lake.pipelines.common import BufferedAppender, TRAJECTORY_WITH_PROMPT, progress_bar, where_clause
+from spo_lake.lake.appender import BufferedAppender
+from spo_lake.lake.sql import CANONICAL_SQL, DEDUP_METHOD, where_clause
+from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
 from spo_lake.tasks.extract import extract_code
 from spo_lake.tasks.normalize import code_hash, normalize_text
-
-METHOD = "python-tokens-v1"
-
-# One row per (prompt, program): the earliest trajectory is canonical; `sources` lists every source that produced it.
-CANONICAL_SQL = f"""
-SELECT d.prompt_id, d.code_hash,
-       arg_min(t.trajectory_id, (t.created_at, t.trajectory_id)) AS canonical_trajectory_id,
-       list(DISTINCT t.source ORDER BY t.source) AS sources,
-       count(*) AS group_size
-FROM duplicates d JOIN trajectories t USING (trajectory_id)
-WHERE d.method = '{METHOD}'
-GROUP BY d.prompt_id, d.code_hash
-"""
 
 
 @dataclass(frozen=True)
@@ -35,7 +25,8 @@ class DedupReport:
     duplicates: int
 
     def summary(self) -> str:
-        return f"hashed {self.hashed} new trajectories; {self.groups} distinct programs, {self.duplicates} duplicate rows"
+        return (f"hashed {self.hashed} new trajectories; {self.groups} distinct programs, {self.duplicates} "
+                "duplicate rows")
 
 
 def program_hash(task: str, response: str) -> str:
@@ -49,14 +40,17 @@ def program_hash(task: str, response: str) -> str:
 
 def dedup(lake: Lake, *, where: str | None = None, show_progress: bool = True) -> DedupReport:
     rows = lake.sql(f"""
-        SELECT s.trajectory_id, s.prompt_id, s.task, s.response_text FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s
-        WHERE NOT EXISTS (SELECT 1 FROM duplicates d WHERE d.trajectory_id = s.trajectory_id AND d.method = '{METHOD}')
+        SELECT s.trajectory_id, s.prompt_id, s.task, s.response_text
+        FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s
+        WHERE NOT EXISTS (SELECT 1 FROM duplicates d
+                          WHERE d.trajectory_id = s.trajectory_id AND d.method = '{DEDUP_METHOD}')
         ORDER BY s.trajectory_id""").to_pylist()
     with BufferedAppender(lake, flush_rows=50_000) as out, progress_bar(disable=not show_progress) as bar:
         task_id = bar.add_task("dedup", total=len(rows))
         for r in rows:
             out.add("duplicates", [{"trajectory_id": r["trajectory_id"], "prompt_id": r["prompt_id"],
-                                    "code_hash": program_hash(r["task"], r["response_text"]), "method": METHOD}])
+                                    "code_hash": program_hash(r["task"], r["response_text"]), "method": DEDUP_METHOD}])
             bar.advance(task_id)
-    stats = lake.sql(f"SELECT count(*) AS groups, coalesce(sum(group_size - 1), 0) AS dups FROM ({CANONICAL_SQL})").to_pylist()[0]
+    stats = lake.sql(f"SELECT count(*) AS groups, coalesce(sum(group_size - 1), 0) AS dups FROM ({CANONICAL_SQL})"
+                     ).to_pylist()[0]
     return DedupReport(hashed=len(rows), groups=stats["groups"], duplicates=int(stats["dups"]))

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
+from spo_lake.console import progress_bar
 from spo_lake.lake import Lake
-from spo_lake.pipelines.common import BufferedAppender, TRAJECTORY_WITH_PROMPT, progress_bar, where_clause
+from spo_lake.lake.appender import BufferedAppender
+from spo_lake.lake.sql import where_clause
+from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
 from spo_lake.pipelines.executor import open_executor
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
+from spo_lake.tasks.judge import verdict_row
 
 
 @dataclass(frozen=True)
@@ -27,19 +30,6 @@ class EvaluateReport:
         rate = f" ({self.passed / self.evaluated:.1%})" if self.evaluated else ""
         skipped = "".join(f"; skipped {n} ({reason})" for reason, n in sorted(self.skipped.items()))
         return f"evaluated {self.evaluated}, passed {self.passed}{rate}; {self.already_done} already evaluated{skipped}"
-
-
-def evaluation_row(trajectory_id: str, verifier: str, v: Verdict) -> dict[str, Any]:
-    return {
-        "trajectory_id": trajectory_id, "verifier": verifier, "passed": v.passed, "reward": v.reward,
-        "verdict": v.verdict, "first_failing_test": v.first_failing_test, "detail": _text(v.detail[:2000]),
-        "duration_s": v.duration_s, "extraction": _text(v.extracted_code),
-    }
-
-
-def _text(value: str) -> str:
-    """Valid UTF-8 whatever a program made of it (a lone surrogate would fail the whole write)."""
-    return value.encode("utf-8", "replace").decode("utf-8")
 
 
 def unjudgeable(problem: Problem) -> str | None:
@@ -93,7 +83,7 @@ def evaluate(lake: Lake, *, where: str | None = None, options: SandboxOptions = 
 
         def on_done(indices: list[int], verdicts: list[Verdict]) -> None:
             nonlocal passed, finished
-            out.add("evaluations", [evaluation_row(todo[i][0], todo[i][1], v) for i, v in zip(indices, verdicts)])
+            out.add("evaluations", [verdict_row(todo[i][0], todo[i][1], v) for i, v in zip(indices, verdicts)])
             passed += sum(v.passed for v in verdicts)
             finished += len(verdicts)
             bar.update(task_id, advance=len(verdicts), pass_rate=f"{passed / finished:.1%}")

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
+from spo_lake.errors import InputError
 from spo_lake.models.backend import PolicyBackend, SampleResult
-from spo_lake.pipelines.judge import CHUNK, judge_many, task_chunks
 from spo_lake.tasks import Problem, SandboxOptions, Verdict
+from spo_lake.tasks.judge import CHUNK, judge_many, task_chunks
 
 EXECUTORS = ("local", "ray")
 
@@ -117,7 +118,7 @@ class RayExecutor:
         try:
             import ray
         except ImportError:
-            raise ValueError("the ray executor needs Ray: pip install 'spo-lake[ray]'") from None
+            raise InputError("the ray executor needs Ray: pip install 'spo-lake[ray]'") from None
         self.started = not ray.is_initialized()  # a caller's own instance (a test's, a notebook's) is left running
         if self.started:  # "local" starts a fresh instance rather than joining whatever cluster runs here
             ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
@@ -170,9 +171,9 @@ def open_executor(kind: str, model: PolicyBackend | None = None, workers: int | 
                   address: str | None = None) -> Iterator[LocalExecutor | RayExecutor]:
     """The executor `kind` ('local' or 'ray'); `address` is the Ray cluster's (default: start a local instance)."""
     if kind not in EXECUTORS:
-        raise ValueError(f"executor {kind!r}: one of {', '.join(EXECUTORS)}")
+        raise InputError(f"executor {kind!r}: one of {', '.join(EXECUTORS)}")
     if address and kind != "ray":
-        raise ValueError("a Ray address needs the ray executor")
+        raise InputError("a Ray address needs the ray executor")
     executor = LocalExecutor(model, workers) if kind == "local" else RayExecutor(model, workers, address)
     try:
         yield executor

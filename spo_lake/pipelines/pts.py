@@ -1,4 +1,4 @@
-"""`spolake pts`: Pivotal Token Search (Phi-4 report §4.3; DESIGN §3) on successful trajectories.
+"""`spolake pts`: Pivotal Token Search (Phi-4 report §4.3) on successful trajectories.
 
 For a successful trajectory, S(t) = P(success | prompt + first t response tokens) under π0 (temperature 1, top-p 1).
 `search` bisects the token range recursively, estimating S only where the range's ends differ by ≥ threshold, so a
@@ -15,23 +15,24 @@ Two copies started at once search each trajectory once: whichever commits its ro
 from __future__ import annotations
 
 import time
+from functools import partial
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
 import torch
 
+from spo_lake.errors import InputError
+from spo_lake.console import progress_bar
 from spo_lake.lake import Lake, Work
-from spo_lake.lake.contracts import to_json_text
+from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id, trajectory_row, values_row
+from spo_lake.lake.sql import where_clause
 from spo_lake.models.backend import PolicyBackend
-from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT, progress_bar, where_clause
-from spo_lake.pipelines.evaluate import evaluation_row
-from spo_lake.pipelines.judge import judge_many
+from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
+from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
 from spo_lake.pipelines.q0 import latest_prompt_values
-from spo_lake.pipelines.sample import (
-    derive_seed, recorded_run, sampled_id, sql_literal, tokenizer_id, trajectory_token_ids,
-)
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
+from spo_lake.tasks.judge import judge_many, verdict_row
 from spo_lake.tasks.normalize import response_hash
 
 # Estimates are ratios like 6/10 and 4/10, whose float difference (0.1999...) must still reach a 0.2 threshold.
@@ -55,7 +56,7 @@ def search(n_tokens: int, estimate: Callable[[int], float], threshold: float) ->
     and j − i > 1; a one-token range with such a change is a pivotal token. `estimate(t)` is called at most once
     per position. Changes that cancel inside a range (up then down) are not seen, as in the original PTS."""
     if n_tokens < 0 or not threshold > 0:
-        raise ValueError(f"search needs n_tokens >= 0 and threshold > 0, got {n_tokens} and {threshold}")
+        raise InputError(f"search needs n_tokens >= 0 and threshold > 0, got {n_tokens} and {threshold}")
     estimates: dict[int, float] = {}
 
     def s(t: int) -> float:
@@ -103,7 +104,8 @@ class PtsReport:
                    f"{self.not_verified} passed only by a verdict other than their task's verifier (run `spolake "
                    f"evaluate` first), {self.too_long} longer than max_new_tokens (their continuations could not "
                    "reach their length)")
-        return f"searched {self.searched} trajectories: {self.pivots} pivotal tokens, {self.rollouts} rollouts{per}{skipped}"
+        return (f"searched {self.searched} trajectories: {self.pivots} pivotal tokens, {self.rollouts} "
+                f"rollouts{per}{skipped}")
 
 
 @dataclass
@@ -125,11 +127,12 @@ def candidates(lake: Lake, model_id: str, where: str | None, s0_range: tuple[flo
     rows = lake.sql(f"""
         SELECT * FROM (
             SELECT s.*,
-                (SELECT list(e.verifier) FROM evaluations e WHERE e.trajectory_id = s.trajectory_id AND e.passed) AS passed_by,
+                (SELECT list(e.verifier) FROM evaluations e
+                 WHERE e.trajectory_id = s.trajectory_id AND e.passed) AS passed_by,
                 EXISTS (SELECT 1 FROM "values" v WHERE v.trajectory_id = s.trajectory_id
-                        AND v.model_id = {sql_literal(model_id)}) AS searched
+                        AND v.model_id = $model_id) AS searched
             FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s WHERE s.prefix_trajectory_id IS NULL)
-        WHERE passed_by IS NOT NULL ORDER BY trajectory_id""").to_pylist()
+        WHERE passed_by IS NOT NULL ORDER BY trajectory_id""", params={"model_id": model_id}).to_pylist()
     s0 = {r["prompt_id"]: r["n_success"] / r["n"] for r in latest_prompt_values(lake, model_id)}
     out = []
     for r in rows:
@@ -201,23 +204,20 @@ class _Searcher:
         for i, r in enumerate(drawn):
             rollout_id = sampled_id(self.run_id, pid, i, tid, t)
             meta = {"finish_reason": r.finish_reason, "seed": self.seed, "call_seed": call_seed, "sample_index": i}
-            job.rows["evaluations"].append(evaluation_row(rollout_id, verifier, r.verdict))
-            job.rows["trajectories"].append({
-                "trajectory_id": rollout_id, "prompt_id": pid, "source": "pts_rollout", "model_id": self.model.model_id,
-                "run_id": self.run_id, "policy_version": 0, "temperature": 1.0, "top_p": 1.0,
-                "response_text": r.text, "token_ids": r.token_ids, "tokenizer_id": self.tok_id,
+            job.rows["evaluations"].append(verdict_row(rollout_id, verifier, r.verdict))
+            job.rows["trajectories"].append(trajectory_row(
+                trajectory_id=rollout_id, prompt_id=pid, source="pts_rollout", model_id=self.model.model_id,
+                run_id=self.run_id, policy_version=0, temperature=1.0, top_p=1.0, response_text=r.text,
+                token_ids=r.token_ids, tokenizer_id=self.tok_id, response_hash=response_hash(r.text),
                 # behaviour log-probs stay null: only the continuation was sampled from π0, the prefix was not
-                "behavior_logprobs": None, "response_hash": response_hash(r.text), "prefix_trajectory_id": tid,
-                "prefix_position": t, "metadata": to_json_text(meta),
-            })
+                behavior_logprobs=None, prefix_trajectory_id=tid, prefix_position=t, metadata=meta))
         successes = sum(r.verdict.passed for r in drawn)
         job.rows["values"].append(self._value_row(job, t, self.k, successes))
         return successes / self.k
 
     def _value_row(self, job: _Search, position: int, n: int, n_success: int) -> dict[str, Any]:
-        return {"prompt_id": job.row["prompt_id"], "trajectory_id": job.row["trajectory_id"], "position": position,
-                "model_id": self.model.model_id, "temperature": 1.0, "top_p": 1.0, "n": n, "n_success": n_success,
-                "run_id": self.run_id}
+        return values_row(prompt_id=job.row["prompt_id"], trajectory_id=job.row["trajectory_id"], position=position,
+                          model_id=self.model.model_id, n=n, n_success=n_success, run_id=self.run_id)
 
     def pivot_row(self, job: _Search, i: int, result: SearchResult, threshold: float) -> dict[str, Any]:
         return {"trajectory_id": job.row["trajectory_id"], "model_id": self.model.model_id, "position": i,
@@ -232,7 +232,7 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
     """Search every selected successful trajectory (`where` is SQL over trajectories t joined with prompts p; see
     the module doc); returns counts of what was done."""
     if k < 1 or not 0 < threshold <= 1 or not 0 <= s0_range[0] <= s0_range[1] <= 1:
-        raise ValueError(f"pts needs k >= 1, 0 < threshold <= 1 and 0 <= lo <= hi <= 1; got k={k}, "
+        raise InputError(f"pts needs k >= 1, 0 < threshold <= 1 and 0 <= lo <= hi <= 1; got k={k}, "
                          f"threshold={threshold}, s0_range={s0_range}")
     report = PtsReport()
     # Claimed before selecting, on the rollouts: a copy of this run that commits rollouts of a trajectory first makes
@@ -256,7 +256,7 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
                 bar.update(task_id, advance=1)
                 continue
             job = _Search(row, Problem.from_row(row), prompt_ids, response_ids, s0)
-            result = search(len(response_ids), lambda t: searcher.estimate(job, t), threshold)
+            result = search(len(response_ids), partial(searcher.estimate, job), threshold)
             job.rows["pivots"] = [searcher.pivot_row(job, i, result, threshold) for i in result.pivots]
             report.searched += 1
             report.pivots += len(result.pivots)
@@ -288,12 +288,14 @@ def _unsearched(lake: Lake, model_id: str, since: datetime) -> Callable[[dict[st
         mine = sorted({r["trajectory_id"] for r in batches.get("values", [])})
         if not mine:
             return batches
-        ids, run_id = ", ".join(map(sql_literal, mine)), batches["values"][0]["run_id"]
-        done = {r["trajectory_id"] for r in lake.sql(f"""
-            SELECT trajectory_id FROM "values" WHERE model_id = {sql_literal(model_id)} AND trajectory_id IN ({ids})
+        done = {r["trajectory_id"] for r in lake.sql("""
+            WITH mine AS (SELECT unnest($mine::VARCHAR[]) AS trajectory_id)
+            SELECT trajectory_id FROM "values" WHERE model_id = $model_id AND trajectory_id IN (FROM mine)
             UNION SELECT prefix_trajectory_id FROM trajectories
-            WHERE source = 'pts_rollout' AND model_id = {sql_literal(model_id)} AND prefix_trajectory_id IN ({ids})
-              AND run_id <> {sql_literal(run_id)} AND created_at >= '{since.isoformat()}'::TIMESTAMPTZ""").to_pylist()}
+            WHERE source = 'pts_rollout' AND model_id = $model_id AND prefix_trajectory_id IN (FROM mine)
+              AND run_id <> $run_id AND created_at >= $since::TIMESTAMPTZ""",
+            params={"mine": mine, "model_id": model_id, "run_id": batches["values"][0]["run_id"],
+                    "since": since.isoformat()}).to_pylist()}
         rollouts = {r["trajectory_id"] for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] in done}
         return {"evaluations": [r for r in batches.get("evaluations", []) if r["trajectory_id"] not in rollouts],
                 "trajectories": [r for r in batches.get("trajectories", []) if r["prefix_trajectory_id"] not in done],

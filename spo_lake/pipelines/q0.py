@@ -1,4 +1,4 @@
-"""`spolake q0`: Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), for Q̂0 (DESIGN §2).
+"""`spolake q0`: Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), for Q̂0 (paper §3.1.3).
 
 Reuses what the lake holds: every evaluated trajectory of the model sampled from the plain prompt at temperature 1,
 top-p 1 (any source; not PTS continuations, not templated prompts, not later policy versions) counts. Only the
@@ -11,17 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake
+from spo_lake.lake.appender import BufferedAppender
+from spo_lake.lake.rows import recorded_run, values_row
 from spo_lake.models.backend import PolicyBackend
-from spo_lake.pipelines.common import BufferedAppender, sample_quota
+from spo_lake.pipelines.common import sample_quota
 from spo_lake.pipelines.executor import open_executor
-from spo_lake.pipelines.sample import (
-    Request, SampleReport, SampleSettings, draw, recorded_run, select_prompts, sql_literal,
-)
-from spo_lake.rl.losses import q0_from_counts
+from spo_lake.pipelines.sample import Request, SampleReport, SampleSettings, draw, select_prompts
+from spo_lake.scores import PAPER_BETA, q0_from_counts
 from spo_lake.tasks import Problem, SandboxOptions, get_task
-
-PAPER_BETA = 0.08685889638065036  # 1/ln(100000): e^{-1/β} = 1e-5
 
 
 @dataclass
@@ -45,15 +44,14 @@ def success_counts(lake: Lake, model_id: str, problems: list[Problem]) -> dict[s
     """{prompt_id: (n, n_success)} over π0 samples (see module doc) judged by the prompt's own verifier."""
     if not problems:
         return {}
-    ids = ", ".join(sql_literal(p.prompt_id) for p in problems)
-    rows = lake.sql(f"""
+    rows = lake.sql("""
         SELECT t.prompt_id, e.verifier, count(DISTINCT t.trajectory_id) AS n,
                count(DISTINCT t.trajectory_id) FILTER (WHERE e.passed) AS n_success
         FROM trajectories t JOIN evaluations e USING (trajectory_id)
-        WHERE t.model_id = {sql_literal(model_id)} AND t.temperature = 1.0 AND t.top_p = 1.0
+        WHERE t.model_id = $model_id AND t.temperature = 1.0 AND t.top_p = 1.0
           AND t.prefix_trajectory_id IS NULL AND coalesce(t.policy_version, 0) = 0
-          AND (t.metadata->>'template') IS NULL AND t.prompt_id IN ({ids})
-        GROUP BY ALL""").to_pylist()
+          AND (t.metadata->>'template') IS NULL AND t.prompt_id IN (SELECT unnest($ids::VARCHAR[]))
+        GROUP BY ALL""", params={"model_id": model_id, "ids": [p.prompt_id for p in problems]}).to_pylist()
     by_key = {(r["prompt_id"], r["verifier"]): (r["n"], r["n_success"]) for r in rows}
     counts = {}
     for p in problems:
@@ -65,11 +63,12 @@ def success_counts(lake: Lake, model_id: str, problems: list[Problem]) -> dict[s
 
 def latest_prompt_values(lake: Lake, model_id: str) -> list[dict[str, Any]]:
     """The prompt-level values row with the largest n per prompt for this model at temperature 1, top-p 1."""
-    return lake.sql(f"""
+    return lake.sql("""
         SELECT prompt_id, n, n_success FROM "values"
-        WHERE trajectory_id IS NULL AND position IS NULL AND model_id = {sql_literal(model_id)}
+        WHERE trajectory_id IS NULL AND position IS NULL AND model_id = $model_id
           AND temperature = 1.0 AND top_p = 1.0
-        QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY n DESC, created_at DESC) = 1""").to_pylist()
+        QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY n DESC, created_at DESC) = 1""",
+        params={"model_id": model_id}).to_pylist()
 
 
 def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = None, beta: float = PAPER_BETA,
@@ -79,7 +78,7 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
     """Bring every selected prompt (`where` is SQL over prompts p) to at least k evaluated π0 samples and record
     the counts. `executor` 'ray' samples and judges on Ray workers, with the same rows as 'local'."""
     if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
+        raise InputError(f"k must be at least 1, got {k}")
     q0_from_counts(1, 0, beta)  # rejects a bad β before any sampling
     problems = select_prompts(lake, where)
 
@@ -105,8 +104,8 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
         report.sampled = sampled.sampled
         counts = success_counts(lake, model.model_id, problems)
         recorded = {r["prompt_id"]: (r["n"], r["n_success"]) for r in latest_prompt_values(lake, model.model_id)}
-        rows = [{"prompt_id": pid, "trajectory_id": None, "position": None, "model_id": model.model_id,
-                 "temperature": 1.0, "top_p": 1.0, "n": n, "n_success": s, "run_id": run.run_id}
+        rows = [values_row(prompt_id=pid, trajectory_id=None, position=None, model_id=model.model_id, n=n,
+                           n_success=s, run_id=run.run_id)
                 for pid, (n, s) in counts.items() if recorded.get(pid) != (n, s)]
         # counts a concurrent copy recorded first are the same fact (the key holds n and n_success): not added
         report.values_written = lake.added("values", rows) if rows else 0

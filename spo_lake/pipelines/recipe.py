@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.tasks import SandboxOptions
 
@@ -49,8 +50,9 @@ class Context:
 
 def _sandbox(params: dict[str, Any]) -> SandboxOptions:
     taken = {k: params.pop(k) for k in SANDBOX_KEYS if k in params}
-    return SandboxOptions(timeout_s=taken.get("timeout_s", 5.0), memory_mb=taken.get("memory_mb", 512),
-                          mode=taken.get("sandbox", "bwrap"))
+    default = SandboxOptions()
+    return SandboxOptions(timeout_s=taken.get("timeout_s", default.timeout_s),
+                          memory_mb=taken.get("memory_mb", default.memory_mb), mode=taken.get("sandbox", default.mode))
 
 
 def step_model_tiny(ctx: Context, p: dict[str, Any]) -> str:
@@ -64,8 +66,8 @@ def step_model_tiny(ctx: Context, p: dict[str, Any]) -> str:
 
 
 def step_prompts_add(ctx: Context, p: dict[str, Any]) -> str:
-    from spo_lake.cli.ingest_cmds import ingest_dataset
     from spo_lake.ingest import PROMPT_FIELDS, add_prompts, load_batch
+    from spo_lake.ingest.datasets import ingest_dataset
 
     if "dataset" in p:
         path = p.pop("path", None)
@@ -82,7 +84,7 @@ def step_ingest(ctx: Context, p: dict[str, Any]) -> str:
                                defaults=p).summary()
 
 
-def step_evaluate(ctx: Context, p: dict[str, Any]) -> str:
+def step_judge(ctx: Context, p: dict[str, Any]) -> str:
     from spo_lake.pipelines.evaluate import evaluate
 
     return evaluate(ctx.lake, options=_sandbox(p), show_progress=ctx.show_progress, **p).summary()
@@ -130,7 +132,8 @@ STEPS: dict[str, Callable[[Context, dict[str, Any]], str]] = {
     "model_tiny": step_model_tiny,
     "prompts_add": step_prompts_add,
     "ingest": step_ingest,
-    "evaluate": step_evaluate,
+    "judge": step_judge,
+    "evaluate": step_judge,  # the old name of `judge`
     "dedup": step_dedup,
     **{name: _model_step(fn, sandboxed) for name, (fn, sandboxed) in MODEL_STEPS.items()},
     "snapshot": step_snapshot,
@@ -140,13 +143,15 @@ _OWN_KEYS = {
     "model_tiny": ({"out"}, {"out"}),
     "prompts_add": ({"path", "dataset", "map", "n", "seed", "limit"}, set()),
     "ingest": ({"path", "map", "source", "task", "model", "run_id", "tokenizer"}, {"path"}),
+    "judge": (set(SANDBOX_KEYS), set()),
     "evaluate": (set(SANDBOX_KEYS), set()),
     "snapshot": ({"name", "note"}, {"name"}),
     **{name: ({"model", *(SANDBOX_KEYS if sandboxed else ())}, {"model"})
        for name, (_, sandboxed) in MODEL_STEPS.items()},
 }
-_FUNCTIONS = {"model_tiny": "spo_lake.models.tiny:build_tiny_model", "evaluate": "spo_lake.pipelines.evaluate:evaluate",
-              "dedup": "spo_lake.pipelines.dedup:dedup", **{n: fn for n, (fn, _) in MODEL_STEPS.items()}}
+_FUNCTIONS = {"model_tiny": "spo_lake.models.tiny:build_tiny_model", "judge": "spo_lake.pipelines.evaluate:evaluate",
+              "evaluate": "spo_lake.pipelines.evaluate:evaluate", "dedup": "spo_lake.pipelines.dedup:dedup",
+              **{n: fn for n, (fn, _) in MODEL_STEPS.items()}}
 _NOT_KEYS = {"lake", "model", "options", "show_progress", "out_dir", "overrides"}  # what the step itself passes
 
 
@@ -182,31 +187,32 @@ def load_recipe(path: str | Path, overrides: dict[str, str] | None = None) -> Re
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: invalid TOML: {exc}") from None
+        raise InputError(f"{path}: invalid TOML: {exc}") from None
     for key in sorted(set(raw) - {"vars", "steps"}):
-        raise ValueError(f"{_at(path, text, key)}: unknown key {key!r} (a recipe has [vars] and [[steps]])")
+        raise InputError(f"{_at(path, text, key)}: unknown key {key!r} (a recipe has [vars] and [[steps]])")
     if not isinstance(raw.get("vars", {}), dict):
-        raise ValueError(f"{_at(path, text, 'vars')}: 'vars' must be a table ([vars])")
+        raise InputError(f"{_at(path, text, 'vars')}: 'vars' must be a table ([vars])")
     if not isinstance(raw.get("steps", []), list) or not all(isinstance(s, dict) for s in raw.get("steps", [])):
-        raise ValueError(f"{_at(path, text, 'steps')}: 'steps' must be tables ([[steps]])")
+        raise InputError(f"{_at(path, text, 'steps')}: 'steps' must be tables ([[steps]])")
     variables = dict(raw.get("vars", {}))
     for key, value in (overrides or {}).items():
         if key not in variables:
-            raise ValueError(f"--set {key}: no such var in {path} (vars: {', '.join(variables) or 'none'})")
-        variables[key] = type(variables[key])(value) if not isinstance(variables[key], bool) else value.lower() in ("1", "true", "yes")
+            raise InputError(f"--set {key}: no such var in {path} (vars: {', '.join(variables) or 'none'})")
+        old = variables[key]
+        variables[key] = value.lower() in ("1", "true", "yes") if isinstance(old, bool) else type(old)(value)
     steps = raw.get("steps", [])
     for i, step in enumerate(steps):
         if step.get("run") not in STEPS:
-            raise ValueError(f"{_at(path, text, 'run', i)}: steps[{i}]: field 'run': {step.get('run')!r} is not one of "
+            raise InputError(f"{_at(path, text, 'run', i)}: steps[{i}]: field 'run': {step.get('run')!r} is not one of "
                              f"{', '.join(STEPS)}")
         accepted, required = step_keys(step["run"])
         for key in sorted(set(step) - accepted - {"run"}):
-            raise ValueError(f"{_at(path, text, key, i)}: steps[{i}] ({step['run']}): unknown key {key!r}; known: "
+            raise InputError(f"{_at(path, text, key, i)}: steps[{i}] ({step['run']}): unknown key {key!r}; known: "
                              f"{', '.join(sorted(accepted))}")
         for key in sorted(required - set(step)):
-            raise ValueError(f"{_at(path, text, 'run', i)}: steps[{i}] ({step['run']}): missing key {key!r}")
+            raise InputError(f"{_at(path, text, 'run', i)}: steps[{i}] ({step['run']}): missing key {key!r}")
         if step["run"] == "prompts_add" and not {"path", "dataset"} & set(step):
-            raise ValueError(f"{_at(path, text, 'run', i)}: steps[{i}] (prompts_add): needs 'path' or 'dataset'")
+            raise InputError(f"{_at(path, text, 'run', i)}: steps[{i}] (prompts_add): needs 'path' or 'dataset'")
     return Recipe(variables, [_substitute(s, variables) for s in steps], path)
 
 
@@ -237,7 +243,7 @@ def _substitute(value: Any, variables: dict[str, Any]) -> Any:
 def run_recipe(recipe: Recipe, lake: Lake, *, show_progress: bool = True,
                log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Run every step in order; returns (and records in `runs`) what each produced."""
-    from spo_lake.pipelines.sample import recorded_run
+    from spo_lake.lake.rows import recorded_run
 
     ctx = Context(lake, show_progress=show_progress)
     done: list[dict[str, Any]] = []

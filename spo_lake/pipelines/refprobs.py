@@ -12,10 +12,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from spo_lake.errors import InputError
+from spo_lake.console import progress_bar
 from spo_lake.lake import Lake
+from spo_lake.lake.appender import BufferedAppender
+from spo_lake.lake.rows import recorded_run
+from spo_lake.lake.sql import where_clause
 from spo_lake.models.backend import PolicyBackend
-from spo_lake.pipelines.common import BufferedAppender, TRAJECTORY_WITH_PROMPT, progress_bar, where_clause
-from spo_lake.pipelines.sample import recorded_run, sql_literal, tokenizer_id, trajectory_token_ids
+from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
+from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
 
 
 @dataclass
@@ -36,9 +41,11 @@ class RefprobsReport:
 def pending(lake: Lake, model_id: str, where: str | None) -> tuple[list[dict[str, Any]], int]:
     """Selected trajectories (with their prompts) not yet cached for this model, and how many already are."""
     selected = f"({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s"
-    cached = f"EXISTS (SELECT 1 FROM logprobs l WHERE l.trajectory_id = s.trajectory_id AND l.model_id = {sql_literal(model_id)})"
-    todo = lake.sql(f"SELECT s.* FROM {selected} WHERE NOT {cached} ORDER BY s.trajectory_id").to_pylist()
-    done = lake.sql(f"SELECT count(*) AS n FROM {selected} WHERE {cached}").column("n")[0].as_py()
+    cached = "EXISTS (SELECT 1 FROM logprobs l WHERE l.trajectory_id = s.trajectory_id AND l.model_id = $model_id)"
+    params = {"model_id": model_id}
+    todo = lake.sql(f"SELECT s.* FROM {selected} WHERE NOT {cached} ORDER BY s.trajectory_id",
+                    params=params).to_pylist()
+    done = lake.sql(f"SELECT count(*) AS n FROM {selected} WHERE {cached}", params=params).column("n")[0].as_py()
     return todo, done
 
 
@@ -46,7 +53,7 @@ def refprobs(lake: Lake, model: PolicyBackend, *, where: str | None = None, batc
              flush_rows: int = 2000, show_progress: bool = True) -> RefprobsReport:
     """Score every selected trajectory (`where` is SQL over trajectories t joined with prompts p) not yet cached."""
     if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        raise InputError(f"batch_size must be at least 1, got {batch_size}")
     todo, cached = pending(lake, model.model_id, where)
     report = RefprobsReport(already_cached=cached)
     tok_id = tokenizer_id(model)

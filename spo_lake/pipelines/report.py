@@ -5,24 +5,19 @@ from collections import defaultdict
 
 import pyarrow as pa
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Snapshot
-from spo_lake.pipelines.common import where_clause
-from spo_lake.rl.metrics import pass_at_k
+from spo_lake.lake.sql import VERDICT_SQL, where_clause
+from spo_lake.scores import pass_at_k
 
 GROUPS = {"source": "t.source", "model": "t.model_id", "run_id": "t.run_id", "prompt": "t.prompt_id", "none": "'all'"}
-
-# A trajectory's outcome: a real verifier's verdict wins over an imported one; the latest wins among equals.
-VERDICT_SQL = """
-SELECT trajectory_id, arg_max(passed, (verifier <> 'imported', created_at)) AS passed
-FROM evaluations GROUP BY trajectory_id
-"""
 
 
 def passk_counts(lake: Lake, group_by: str = "source", snapshot: str | Snapshot | None = None,
                  where: str | None = None) -> list[dict]:
     """(group, prompt_id, n, c) for every evaluated (group, prompt)."""
     if group_by not in GROUPS:
-        raise ValueError(f"--group-by {group_by!r}: one of {', '.join(GROUPS)}")
+        raise InputError(f"--group-by {group_by!r}: one of {', '.join(GROUPS)}")
     return lake.sql(f"""
         SELECT coalesce(CAST({GROUPS[group_by]} AS VARCHAR), '∅') AS grp, t.prompt_id, count(*) AS n,
                CAST(count(*) FILTER (WHERE v.passed) AS BIGINT) AS c

@@ -5,109 +5,32 @@ distribution actually sampled from, the run, and in metadata the finish reason, 
 Resumable: a prompt that already holds n trajectories of this model, source and settings is skipped, and one that
 holds m < n gets n − m more. Sampling is deterministic for a seed and a lake state: each batch's seed derives from
 (seed, settings, first prompt and sample index), so resumed work draws fresh samples instead of repeating old ones.
-
-Also here: what the model pipelines (sample, q0, refprobs, pts) share — prompt rendering, ids, seeds, the
-tokenizer id, and the `runs` bookkeeping.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 import time
 from collections import defaultdict
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from importlib import metadata as package_metadata
-from typing import Any, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
+from spo_lake.errors import InputError
+from spo_lake.console import progress_bar
 from spo_lake.lake import Lake
-from spo_lake.lake.contracts import to_json_text
-from spo_lake.models.backend import PolicyBackend
-from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar, sample_quota, where_clause
-from spo_lake.pipelines.evaluate import evaluation_row
+from spo_lake.lake.appender import BufferedAppender
+from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id
+from spo_lake.lake.sql import where_clause
+from spo_lake.models.backend import PolicyBackend, SampleResult
+from spo_lake.models.tokens import render_prompt, sampled_row, tokenizer_id
+from spo_lake.pipelines.common import sample_quota
 from spo_lake.pipelines.executor import Call, LocalExecutor, RayExecutor, open_executor
 from spo_lake.tasks import Problem, SandboxOptions, get_task
-from spo_lake.tasks.normalize import response_hash
-
-# ---------------------------------------------------------------------------------------------- shared helpers
-
-
-def sql_literal(value: str | None) -> str:
-    return "NULL" if value is None else "'" + value.replace("'", "''") + "'"
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 63-bit seed determined by `parts` (stable across processes, unlike hash())."""
-    digest = hashlib.blake2b(json.dumps(parts, sort_keys=True).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1
-
-
-def sampled_id(run_id: str, prompt_id: str, index: int, *extra: Any) -> str:
-    """Trajectory id of a sampled row: unique within its run, so a crashed run's orphan facts are never re-used."""
-    return hashlib.blake2b(json.dumps([run_id, prompt_id, index, *extra]).encode(), digest_size=16).hexdigest()
-
-
-def tokenizer_id(model: PolicyBackend) -> str:
-    """Content id of the model's tokenizer (its token -> id map): equal for models that share a tokenizer, so
-    their token ids can be reused across them."""
-    vocab = sorted(model.tokenizer.get_vocab().items())
-    return "vocab-" + hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()[:16]
-
-
-def render_prompt(problem: Problem, template: str | None = None) -> str:
-    """The text the policy is conditioned on: the task's prompt format, inside `template`'s {prompt} if given."""
-    text = get_task(problem.task).format_prompt(problem)
-    return template.replace("{prompt}", text) if template else text
-
-
-def trajectory_token_ids(model: PolicyBackend, tok_id: str, row: dict[str, Any]) -> tuple[list[int], list[int], bool]:
-    """(prompt ids, response ids, whether the text had to be tokenised) of a trajectory row joined with its prompt,
-    under the model's tokenizer: the row's own token ids when they belong to it, else its text tokenised. The prompt
-    is the task's plain format (what a trainer conditions on), even for rows sampled under a template."""
-    prompt = render_prompt(Problem.from_row(row))
-    if row["token_ids"] is not None and row["tokenizer_id"] == tok_id:
-        return model.encode_prompt(prompt), list(row["token_ids"]), False
-    return (*model.tokenize_response(prompt, row["response_text"]), True)
+from spo_lake.tasks.judge import verdict_row
 
 
 def select_prompts(lake: Lake, where: str | None) -> list[Problem]:
     rows = lake.sql(f"SELECT p.* FROM prompts p {where_clause(where)} ORDER BY p.prompt_id").to_pylist()
     return [Problem.from_row(r) for r in rows]
-
-
-@dataclass
-class RunRecord:
-    run_id: str
-    metrics: dict[str, Any] = field(default_factory=dict)
-
-
-def _version(package: str) -> str | None:
-    try:
-        return package_metadata.version(package)
-    except package_metadata.PackageNotFoundError:  # e.g. run from a source checkout without installing
-        return None
-
-
-@contextmanager
-def recorded_run(lake: Lake, kind: str, config: dict[str, Any]) -> Iterator[RunRecord]:
-    """A `runs` row with status running, then finished (with the metrics the body filled in), failed (an error) or
-    interrupted (Ctrl-C, a termination signal: BaseExceptions that are not errors)."""
-    run = RunRecord(new_run_id(kind))
-    versions = {p: _version(p) for p in ("spo-lake", "torch", "transformers")}
-
-    def write(status: str) -> None:
-        lake.append("runs", [{"run_id": run.run_id, "kind": kind, "status": status, "config": to_json_text(config),
-                              "metrics": to_json_text(run.metrics),
-                              "manifest": to_json_text({"seed": config.get("seed"), "packages": versions})}])
-
-    write("running")
-    try:
-        yield run
-    except BaseException as exc:
-        write("failed" if isinstance(exc, Exception) else "interrupted")
-        raise
-    write("finished")
 
 
 # ---------------------------------------------------------------------------------------------- sampling
@@ -129,10 +52,10 @@ class SampleSettings:
     def __post_init__(self) -> None:
         lo, hi = self.temperature_range or (self.temperature, self.temperature)
         if not 0 <= lo <= hi or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
-            raise ValueError(f"bad sampling settings: temperature {self.temperature_range or self.temperature}, "
+            raise InputError(f"bad sampling settings: temperature {self.temperature_range or self.temperature}, "
                              f"top_p {self.top_p}, max_new_tokens {self.max_new_tokens}")
         if self.template is not None and "{prompt}" not in self.template:
-            raise ValueError("template has no {prompt} placeholder")
+            raise InputError("template has no {prompt} placeholder")
 
     def temperature_for(self, prompt_id: str) -> float:
         if self.temperature_range is None:
@@ -169,13 +92,13 @@ class SampleReport:
 
 def existing_counts(lake: Lake, model_id: str, settings: SampleSettings) -> dict[tuple[str, float], int]:
     """{(prompt_id, temperature): trajectories of this model, source and settings already in the lake}."""
-    rows = lake.sql(f"""
+    rows = lake.sql("""
         SELECT prompt_id, temperature, count(*) AS n FROM trajectories
-        WHERE model_id = {sql_literal(model_id)} AND source = {sql_literal(settings.source)}
-          AND top_p = '{settings.top_p!r}'::DOUBLE AND prefix_trajectory_id IS NULL
-          AND (metadata->>'template') IS NOT DISTINCT FROM {sql_literal(settings.template)}
-          AND TRY_CAST(metadata->>'max_new_tokens' AS BIGINT) = {settings.max_new_tokens}
-        GROUP BY ALL""").to_pylist()
+        WHERE model_id = $model_id AND source = $source AND top_p = $top_p::DOUBLE AND prefix_trajectory_id IS NULL
+          AND (metadata->>'template') IS NOT DISTINCT FROM $template::VARCHAR
+          AND TRY_CAST(metadata->>'max_new_tokens' AS BIGINT) = $max_new_tokens
+        GROUP BY ALL""", params={"model_id": model_id, "source": settings.source, "top_p": settings.top_p,
+                                 "template": settings.template, "max_new_tokens": settings.max_new_tokens}).to_pylist()
     return {(r["prompt_id"], r["temperature"]): r["n"] for r in rows}
 
 
@@ -205,7 +128,7 @@ def draw(model: PolicyBackend, requests: Sequence[Request], settings: SampleSett
             rows = [_trajectory_row(model.model_id, tok_id, run_id, settings, r, res, call_seed)
                     for r, res in zip(chunk, results)]
             if verdicts is not None:
-                out.add("evaluations", [evaluation_row(row["trajectory_id"], _verifier(r.problem), v)
+                out.add("evaluations", [verdict_row(row["trajectory_id"], _verifier(r.problem), v)
                                         for row, r, v in zip(rows, chunk, verdicts)])
                 report.evaluated += len(verdicts)
                 report.passed += sum(v.passed for v in verdicts)
@@ -220,19 +143,15 @@ def _verifier(problem: Problem) -> str:
     return get_task(problem.task).verifier_name(problem)
 
 
-def _trajectory_row(model_id: str, tok_id: str, run_id: str, settings: SampleSettings, request: Request, result,
-                    call_seed: int) -> dict[str, Any]:
+def _trajectory_row(model_id: str, tok_id: str, run_id: str, settings: SampleSettings, request: Request,
+                    result: SampleResult, call_seed: int) -> dict[str, Any]:
     pid = request.problem.prompt_id
-    meta = {"finish_reason": result.finish_reason, "seed": settings.seed, "call_seed": call_seed,
-            "sample_index": request.index, "template": settings.template, "max_new_tokens": settings.max_new_tokens,
+    meta = {"seed": settings.seed, "call_seed": call_seed, "sample_index": request.index,
+            "template": settings.template, "max_new_tokens": settings.max_new_tokens,
             "temperature_range": list(settings.temperature_range) if settings.temperature_range else None}
-    return {
-        "trajectory_id": sampled_id(run_id, pid, request.index), "prompt_id": pid, "source": settings.source,
-        "model_id": model_id, "run_id": run_id, "policy_version": 0, "temperature": request.temperature,
-        "top_p": settings.top_p, "response_text": result.text, "token_ids": result.token_ids,
-        "behavior_logprobs": result.logprobs, "tokenizer_id": tok_id, "response_hash": response_hash(result.text),
-        "prefix_trajectory_id": None, "prefix_position": None, "metadata": to_json_text(meta),
-    }
+    return sampled_row(result, trajectory_id=sampled_id(run_id, pid, request.index), prompt_id=pid,
+                       source=settings.source, model_id=model_id, run_id=run_id, policy_version=0,
+                       temperature=request.temperature, top_p=settings.top_p, tokenizer_id=tok_id, metadata=meta)
 
 
 def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int = 1, temperature: float = 1.0,
@@ -244,7 +163,7 @@ def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int
     """Sample n responses per selected prompt (`where` is SQL over prompts p), skipping what is already there.
     `executor` 'ray' samples and judges on Ray workers (`workers` of them), with the same rows as 'local'."""
     if n < 1:
-        raise ValueError(f"n must be at least 1, got {n}")
+        raise InputError(f"n must be at least 1, got {n}")
     settings = SampleSettings(source, temperature, top_p, max_new_tokens, template, seed, temperature_range)
     problems = select_prompts(lake, where)
 

@@ -21,8 +21,7 @@ from typing import Any
 import pyarrow as pa
 
 from spo_lake.lake import Lake
-from spo_lake.pipelines.dedup import METHOD as DEDUP_METHOD
-from spo_lake.pipelines.report import VERDICT_SQL
+from spo_lake.lake.sql import DEDUP_METHOD, VERDICT_SQL
 
 GROUPS = {"all": "'all'", "source": "t.source", "run_id": "coalesce(t.run_id, '∅')"}
 

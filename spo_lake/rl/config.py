@@ -20,7 +20,6 @@ string), stream keys with `--set streams.<name>.<key>=value`.
 """
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 import typing
@@ -28,11 +27,12 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from spo_lake.errors import InputError
 from spo_lake.rl.losses import LOSSES, OBJECTIVES
+from spo_lake.scores import PAPER_BETA
 
 ALGORITHMS = ("spo", "ppo")
 STREAM_KINDS = ("online", "lake")
-PAPER_BETA = 1.0 / math.log(100_000)  # e^{−1/β} = 1e-5 (paper §5)
 
 
 @dataclass
@@ -101,7 +101,6 @@ class TrainConfig:
     gamma: float = 1.0
     lam: float = 0.95
     clip_eps: float = 0.2
-    value_clip_eps: float = 0.2
     value_coef: float = 0.5
     # evaluation (pass@k on held-out prompts)
     eval_every: int = 0  # steps; 0 = never during training
@@ -147,7 +146,7 @@ class TrainConfig:
 
 def _check(ok: bool, message: str) -> None:
     if not ok:
-        raise ValueError(message)
+        raise InputError(message)
 
 
 def validate(c: TrainConfig) -> TrainConfig:
@@ -208,7 +207,7 @@ def stream_counts(c: TrainConfig) -> list[int]:
     for i in by_remainder[: c.batch_size - sum(counts)]:
         counts[i] += 1
     if any(n == 0 for n in counts):
-        raise ValueError(f"config: batch_size {c.batch_size} leaves a stream with no sequence (counts {counts})")
+        raise InputError(f"config: batch_size {c.batch_size} leaves a stream with no sequence (counts {counts})")
     return counts
 
 
@@ -285,14 +284,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             text = Path(path).read_text()
             data = tomllib.loads(text)
         except FileNotFoundError:
-            raise ValueError(f"config file {path} not found") from None
+            raise InputError(f"config file {path} not found") from None
         except tomllib.TOMLDecodeError as exc:
-            raise ValueError(f"{path}: invalid TOML: {exc}") from None
+            raise InputError(f"{path}: invalid TOML: {exc}") from None
     data = apply_overrides(data, overrides or [])
     try:
         return validate(_from_mapping(TrainConfig, data, "config"))
     except ValueError as exc:
-        raise ValueError(located_error(path, text, str(exc))) from None
+        raise InputError(located_error(path, text, str(exc))) from None
 
 
 def located_error(path: str | Path | None, text: str, message: str) -> str:

@@ -21,24 +21,20 @@ import duckdb
 import pyarrow as pa
 import torch
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Snapshot
-from spo_lake.lake.sql import connect
+from spo_lake.lake.sql import CANONICAL_SQL, DEDUP_METHOD, VERDICT_SQL, sql_literal, where_clause
 from spo_lake.models.backend import PolicyBackend
-from spo_lake.pipelines.dedup import CANONICAL_SQL, METHOD as DEDUP_METHOD
-from spo_lake.pipelines.sample import sql_literal, tokenizer_id, trajectory_token_ids
+from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.rl.config import StreamConfig
-from spo_lake.rl.losses import q0_from_counts
+from spo_lake.scores import q0_from_counts
 from spo_lake.tasks import Problem
 
 # Prompt-level Q0 counts and prefix estimates are of π0 itself: temperature 1, top-p 1 (what `spolake q0`/`pts` write).
 PI0_SAMPLES = "model_id = {pi0} AND temperature = 1.0 AND top_p = 1.0"
 
 SELECTION_SQL = """
-WITH verdicts AS (
-    SELECT trajectory_id, arg_max(reward, (verifier <> 'imported', created_at)) AS reward,
-           arg_max(passed, (verifier <> 'imported', created_at)) AS passed,
-           arg_max(verdict, (verifier <> 'imported', created_at)) AS verdict
-    FROM evaluations GROUP BY trajectory_id),
+WITH verdicts AS ({verdicts}),
 q0 AS (
     SELECT prompt_id, n AS q0_n, n_success AS q0_success FROM "values"
     WHERE trajectory_id IS NULL AND position IS NULL AND {pi0_samples}
@@ -194,7 +190,7 @@ def selection_sql(pi0_id: str) -> str:
     """Every trajectory with a verdict and what streams select on (SELECTION_COLUMNS), for π0 `pi0_id`."""
     pi0 = sql_literal(pi0_id)
     return SELECTION_SQL.format(pi0=pi0, pi0_samples=PI0_SAMPLES.format(pi0=pi0), canonical=CANONICAL_SQL,
-                                dedup_method=DEDUP_METHOD)
+                                verdicts=VERDICT_SQL, dedup_method=DEDUP_METHOD)
 
 
 def stream_condition(stream: StreamConfig, require_q0: bool) -> str:
@@ -217,7 +213,7 @@ class LakeStream:
                  settings: StreamSettings, tokenizer: PolicyBackend):
         self.stream, self.index, self.settings, self.tokenizer = stream, index, settings, tokenizer
         self.tok_id = tokenizer_id(tokenizer)
-        self.con = connect(lake, snapshot)
+        self.con = lake.connect(snapshot)
         self.con.execute(f"CREATE TEMP VIEW selection AS {selection_sql(settings.pi0_id)}")
         try:
             self.con.execute(f"CREATE TEMP VIEW stream AS SELECT * FROM selection WHERE "
@@ -225,11 +221,11 @@ class LakeStream:
             self.size = self.con.sql("SELECT count(*) FROM stream").fetchall()[0][0]
         except duckdb.Error as exc:  # duckdb's errors name the bad column; one line is enough
             reason = str(exc).splitlines()[0]
-            raise ValueError(f"stream {stream.name!r}: bad `where` ({stream.where}): {reason}") from None
+            raise InputError(f"stream {stream.name!r}: bad `where` ({stream.where}): {reason}") from None
         if self.size == 0:
             need = " with Q0 counts of π0 (run `spolake q0`)" if settings.require_q0 else ""
             need += " and Monte-Carlo prefix estimates (run `spolake pts`)" if stream.mc else ""
-            raise ValueError(f"stream {stream.name!r}: no trajectory matches `{stream.where or 'TRUE'}`{need} "
+            raise InputError(f"stream {stream.name!r}: no trajectory matches `{stream.where or 'TRUE'}`{need} "
                              f"at the pinned snapshot")
         self.epoch, self.after = 0, ("", "")  # resume state: the last consumed row's (shuffle key, trajectory_id)
         self.skipped = 0
@@ -316,7 +312,8 @@ class LakeStream:
         positions, success = [positions[i] for i in kept], [success[i] for i in kept]
         return Example(
             stream=self.index, prompt_id=row["prompt_id"], prompt_ids=prompt_ids, response_ids=response_ids,
-            reward=key["reward"], q0=q0_or_nan(key["q0_n"], key["q0_success"], self.settings.beta, self.settings.q0_prior),
+            reward=key["reward"],
+            q0=q0_or_nan(key["q0_n"], key["q0_success"], self.settings.beta, self.settings.q0_prior),
             ref_logprobs=ref, mc_positions=positions, mc_success=success, trajectory_id=row["trajectory_id"],
         )
 
@@ -334,25 +331,25 @@ def _by_id(table: pa.Table) -> dict[str, dict[str, Any]]:
 def online_prompts(lake: Lake, snapshot: str | Snapshot, where: str, pi0_id: str, require_q0: bool
                    ) -> list[tuple[str, int | None, int | None]]:
     """(prompt_id, q0_n, q0_success) of every prompt for online rollouts, ordered by prompt_id."""
-    pi0 = sql_literal(pi0_id)
     join = "JOIN" if require_q0 else "LEFT JOIN"
     try:
         rows = lake.sql(f"""
             SELECT p.prompt_id, q.n AS q0_n, q.n_success AS q0_success FROM prompts p {join} (
                 SELECT prompt_id, n, n_success FROM "values"
-                WHERE trajectory_id IS NULL AND position IS NULL AND {PI0_SAMPLES.format(pi0=pi0)}
+                WHERE trajectory_id IS NULL AND position IS NULL AND {PI0_SAMPLES.format(pi0="$pi0")}
                 QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY n DESC, created_at DESC) = 1
-            ) q USING (prompt_id) {f"WHERE ({where})" if where else ""} ORDER BY p.prompt_id""", snapshot).to_pylist()
+            ) q USING (prompt_id) {where_clause(where)} ORDER BY p.prompt_id""", snapshot,
+            params={"pi0": pi0_id}).to_pylist()
     except duckdb.Error as exc:
-        raise ValueError(f"prompts_where ({where}): {str(exc).splitlines()[0]}") from None
+        raise InputError(f"prompts_where ({where}): {str(exc).splitlines()[0]}") from None
     if not rows:
         need = " that has Q0 counts of π0 (run `spolake q0`)" if require_q0 else ""
-        raise ValueError(f"no prompt matches prompts_where `{where or 'TRUE'}`{need} at the pinned snapshot")
+        raise InputError(f"no prompt matches prompts_where `{where or 'TRUE'}`{need} at the pinned snapshot")
     return [(r["prompt_id"], r["q0_n"], r["q0_success"]) for r in rows]
 
 
 def fetch_problems(con, prompt_ids: Sequence[str]) -> dict[str, Problem]:
-    """Problems by id through an open snapshot connection (spo_lake.lake.sql.connect)."""
+    """Problems by id through an open snapshot connection (`Lake.connect`)."""
     con.register("wanted", pa.table({"prompt_id": list(prompt_ids)}))
     rows = con.sql("SELECT * FROM prompts WHERE prompt_id IN (SELECT prompt_id FROM wanted) "
                    "QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY created_at) = 1").to_arrow_table()

@@ -10,16 +10,16 @@ from typing import Any, Sequence
 
 import duckdb
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Snapshot
+from spo_lake.lake.appender import BufferedAppender
+from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id
+from spo_lake.lake.sql import where_clause
 from spo_lake.models.backend import PolicyBackend, SampleResult
-from spo_lake.pipelines.common import BufferedAppender
-from spo_lake.pipelines.evaluate import evaluation_row
-from spo_lake.pipelines.judge import judge_many
-from spo_lake.pipelines.common import where_clause
-from spo_lake.pipelines.sample import derive_seed, recorded_run, render_prompt, sampled_id, tokenizer_id
-from spo_lake.rl.metrics import mean_pass_at_k
-from spo_lake.rl.rollout import trajectory_row
+from spo_lake.models.tokens import render_prompt, sampled_row, tokenizer_id
+from spo_lake.scores import mean_pass_at_k
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
+from spo_lake.tasks.judge import judge_many, verdict_row
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class EvalSettings:
 
     def __post_init__(self) -> None:
         if self.n < 1 or not self.ks or any(not 1 <= k <= self.n for k in self.ks):
-            raise ValueError(f"eval needs n >= 1 and every k in 1..n, got n={self.n}, k={list(self.ks)}")
+            raise InputError(f"eval needs n >= 1 and every k in 1..n, got n={self.n}, k={list(self.ks)}")
 
 
 @dataclass
@@ -56,7 +56,7 @@ def select_problems(lake: Lake, where: str | None, snapshot: str | Snapshot | No
     try:
         rows = lake.sql(f"SELECT p.* FROM prompts p {where_clause(where)} ORDER BY p.prompt_id {bound}", snapshot)
     except duckdb.Error as exc:  # duckdb names the bad column or syntax; one line is enough
-        raise ValueError(f"bad prompt selection `{where}`: {str(exc).splitlines()[0]}") from None
+        raise InputError(f"bad prompt selection `{where}`: {str(exc).splitlines()[0]}") from None
     return [Problem.from_row(r) for r in rows.to_pylist()]
 
 
@@ -64,7 +64,7 @@ def evaluate_policy(policy: PolicyBackend, problems: Sequence[Problem], settings
                     options: SandboxOptions = SandboxOptions(), workers: int | None = None) -> EvalResult:
     """Sample settings.n responses per problem and compute pass@k for every k (deterministic for settings.seed)."""
     if not problems:
-        raise ValueError("eval: no problems selected")
+        raise InputError("eval: no problems selected")
     started = time.perf_counter()
     samples: list[tuple[Problem, SampleResult]] = []
     for start in range(0, len(problems), settings.batch_prompts):
@@ -118,9 +118,9 @@ def _sample_rows(policy: PolicyBackend, run_id: str, settings: EvalSettings,
     for problem, sample, verdict in result.samples:
         index = seen[problem.prompt_id] = seen.get(problem.prompt_id, -1) + 1
         tid = sampled_id(run_id, problem.prompt_id, index)
-        trajectory = trajectory_row(
-            trajectory_id=tid, problem=problem, result=sample, source="policy", model_id=policy.model_id,
+        trajectory = sampled_row(
+            sample, trajectory_id=tid, prompt_id=problem.prompt_id, source="policy", model_id=policy.model_id,
             run_id=run_id, policy_version=None, temperature=settings.temperature, top_p=settings.top_p,
-            tok_id=tok_id, metadata={"sample_index": index, "seed": settings.seed, "eval": True})
-        rows.append((evaluation_row(tid, get_task(problem.task).verifier_name(problem), verdict), trajectory))
+            tokenizer_id=tok_id, metadata={"sample_index": index, "seed": settings.seed, "eval": True})
+        rows.append((verdict_row(tid, get_task(problem.task).verifier_name(problem), verdict), trajectory))
     return rows

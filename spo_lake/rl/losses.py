@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from spo_lake.scores import check_beta, soft_value
+
 OBJECTIVES = ("terminal", "reverse_q", "advantage")
 LOSSES = ("squared", "ce")
 _LN2 = math.log(2.0)
@@ -60,36 +62,6 @@ def log_prob_cross_entropy(logp: torch.Tensor, target_prob: torch.Tensor, eps: f
 def success_target_prob(success_rate: torch.Tensor, beta: float) -> torch.Tensor:
     """Exponentiated Monte-Carlo value target x = E[exp(r/β)] = S + (1−S)·e^{−1/β} (§3.1.3), unbiased in S."""
     return success_rate + (1.0 - success_rate) * math.exp(-1.0 / beta)
-
-
-def soft_value(success_rate: torch.Tensor, beta: float) -> torch.Tensor:
-    """Q = β·log(S + (1−S)·e^{−1/β}) (§3.1.3), in log space so S = 0 gives exactly −1 for any β."""
-    return beta * torch.logaddexp(torch.log(success_rate), torch.log1p(-success_rate) - 1.0 / beta)
-
-
-def q0_from_counts(n, n_success, beta: float, prior: float = 0.0):
-    """Q̂0 = β·log(S0 + (1−S0)·e^{−1/β}), S0 = n_success / n (§3.1.3), from Monte-Carlo counts of π0.
-
-    `prior` a > 0 uses the Beta(a, a) posterior mean S0 = (n_success + a) / (n + 2a) instead: with few samples
-    (16, not the paper's 800) s = 0 is common for prompts π0 does solve now and then, and S0 = 0 sets Q̂0 = −1, which
-    asks any success on the prompt to raise its log-probability by 1/β ≈ 11.5 nats.
-
-    Floats in → float out; tensors in → tensor out (the floating dtype of the inputs, else the default dtype).
-    """
-    _check_beta(beta)
-    as_tensor = isinstance(n, torch.Tensor) or isinstance(n_success, torch.Tensor)
-    n64 = torch.as_tensor(n, dtype=torch.float64)
-    s64 = torch.as_tensor(n_success, dtype=torch.float64)
-    if bool((n64 <= 0).any()) or bool((s64 < 0).any()) or bool((s64 > n64).any()):
-        shown = "" if as_tensor else f", got n={n}, n_success={n_success}"
-        raise ValueError(f"q0_from_counts needs n > 0 and 0 <= n_success <= n{shown}")
-    if prior < 0:
-        raise ValueError(f"q0_from_counts needs prior >= 0, got {prior}")
-    q0 = soft_value((s64 + prior) / (n64 + 2 * prior), beta)
-    if not as_tensor:
-        return float(q0)
-    floating = [t.dtype for t in (n_success, n) if isinstance(t, torch.Tensor) and t.is_floating_point()]
-    return q0.to(floating[0] if floating else torch.get_default_dtype())
 
 
 def _masked_log_ratio(policy_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -190,7 +162,7 @@ def spo_loss(
         raise ValueError(f"unknown SPO loss {loss!r}; expected one of {LOSSES}")
     if objective == "advantage" and loss != "ce":
         raise ValueError("objective 'advantage' needs loss='ce' (squared advantage regression is terminal regression)")
-    _check_beta(beta)
+    check_beta(beta)
     if eps <= 0 or advantage_scale <= 0:
         raise ValueError(f"eps and advantage_scale must be > 0, got {eps}, {advantage_scale}")
     if policy_logprobs.shape != ref_logprobs.shape or policy_logprobs.shape != mask.shape:
@@ -238,8 +210,3 @@ def spo_loss(
         advantage_mean=beta * log_ratio.sum() / lengths.sum().clamp(min=1),
         kl_estimate=log_ratio.sum(dim=1).mean(),
     )
-
-
-def _check_beta(beta: float) -> None:
-    if not beta > 0:
-        raise ValueError(f"beta must be > 0, got {beta}")

@@ -1,9 +1,9 @@
 """The PPO baseline (paper §3.1.4): a separate value model and the per-batch PPO loss on online rollouts.
 
 Same β as SPO (KL-regularised per-token reward), GAE(γ, λ), clipped surrogate whose ratio πθ/π_old is also the
-importance weight of slightly stale rollouts, clipped value loss. π_old is the sampling policy's *own* distribution
-(temperature 1, no top-p), recorded at sampling time next to the tempered sampled-from log-probs: with the tempered
-ones a fresh policy would already look off-policy (ratio ≠ 1, clipped tokens) at zero staleness.
+importance weight of slightly stale rollouts, squared-error value loss. π_old is the sampling policy's *own*
+distribution (temperature 1, no top-p), recorded at sampling time next to the tempered sampled-from log-probs: with
+the tempered ones a fresh policy would already look off-policy (ratio ≠ 1, clipped tokens) at zero staleness.
 One update per batch, as in the paper's asynchronous setup.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from transformers import AutoModel
 
 from spo_lake.models.sampling import positions_from_mask
 from spo_lake.rl.data import Batch
-from spo_lake.rl.ppo_math import gae, kl_penalized_rewards, masked_mean, ppo_policy_loss, ppo_value_loss, whiten
+from spo_lake.rl.ppo_math import gae, kl_penalized_rewards, masked_mean, ppo_policy_loss, value_loss, whiten
 
 
 class ValueModel(torch.nn.Module):
@@ -49,7 +49,6 @@ class PPOSettings:
     gamma: float = 1.0
     lam: float = 0.95
     clip_eps: float = 0.2
-    value_clip_eps: float = 0.2
     value_coef: float = 0.5
 
 
@@ -63,13 +62,12 @@ def ppo_loss(policy_logprobs: torch.Tensor, ref_logprobs: torch.Tensor, values: 
     rewards = kl_penalized_rewards(batch.reward, old_logprobs, ref_logprobs, mask, settings.beta)
     advantages, returns = gae(rewards, values.detach(), mask, settings.gamma, settings.lam)
     policy = ppo_policy_loss(policy_logprobs, old_logprobs, whiten(advantages, mask), mask, settings.clip_eps)
-    # One update per batch, so the values before this update are the ones just computed.
-    value = ppo_value_loss(values, values.detach(), returns, mask, settings.value_clip_eps)
+    value = value_loss(values, returns, mask)
     log_ratio = torch.where(mask, policy_logprobs - ref_logprobs, torch.zeros_like(policy_logprobs)).detach()
     stats = {
-        "policy_loss": policy.loss.item(), "value_loss": value.loss.item(),
+        "policy_loss": policy.loss.item(), "value_loss": value.item(),
         "clip_fraction": policy.clip_fraction.item(),
         "value_mean": masked_mean(values.detach(), mask).item(), "kl": log_ratio.sum(dim=1).mean().item(),
         "importance_weight": masked_mean(torch.exp(policy_logprobs.detach() - old_logprobs), mask).item(),
     }
-    return policy.loss + settings.value_coef * value.loss, stats
+    return policy.loss + settings.value_coef * value, stats

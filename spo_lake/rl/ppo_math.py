@@ -96,16 +96,7 @@ def ppo_policy_loss(
     return ClippedLossOutput(loss, masked_mean((clipped > unclipped).to(loss.dtype), mask).detach())
 
 
-def ppo_value_loss(
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor,
-    mask: torch.Tensor,
-    clip_eps: float = 0.2,
-) -> ClippedLossOutput:
-    """Clipped value loss ½·max((V − R)², (V_old + clip(V − V_old, −ε, ε) − R)²), all inputs (B, T)."""
-    clipped_values = old_values + (values - old_values).clamp(-clip_eps, clip_eps)
-    unclipped_error = (values - returns) ** 2
-    clipped_error = (clipped_values - returns) ** 2
-    loss = 0.5 * masked_mean(torch.maximum(unclipped_error, clipped_error), mask)
-    return ClippedLossOutput(loss, masked_mean((clipped_error > unclipped_error).to(loss.dtype), mask).detach())
+def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """½·(V − R)² averaged over valid tokens, inputs (B, T). Unclipped: with one update per batch the values a
+    PPO value clip would hold V near are V itself (the clipped and unclipped losses are the same function)."""
+    return 0.5 * masked_mean((values - returns) ** 2, mask)

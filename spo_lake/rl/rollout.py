@@ -20,17 +20,14 @@ from typing import Any, Callable
 import torch
 
 from spo_lake.lake import Lake, Snapshot
-from spo_lake.lake.contracts import to_json_text
-from spo_lake.lake.sql import connect
+from spo_lake.lake.appender import BufferedAppender
+from spo_lake.lake.rows import derive_seed, sampled_id
 from spo_lake.models.backend import PolicyBackend, SampleResult, TransformersPolicy
-from spo_lake.pipelines.common import BufferedAppender
-from spo_lake.pipelines.evaluate import evaluation_row
-from spo_lake.pipelines.judge import judge_many
-from spo_lake.pipelines.sample import derive_seed, render_prompt, sampled_id, sql_literal, tokenizer_id
+from spo_lake.models.tokens import render_prompt, sampled_row, tokenizer_id
 from spo_lake.rl.data import Example, fetch_problems, q0_or_nan
 from spo_lake.rl.distributed import World
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
-from spo_lake.tasks.normalize import response_hash
+from spo_lake.tasks.judge import judge_many, verdict_row
 
 
 def behaviour_version(step: int, interval: int, lag: int) -> int:
@@ -81,19 +78,6 @@ class Rollouts:
     examples: list[Example]
     trajectories: list[dict[str, Any]]
     evaluations: list[dict[str, Any]]
-
-
-def trajectory_row(*, trajectory_id: str, problem: Problem, result: SampleResult, source: str, model_id: str,
-                   run_id: str, policy_version: int | None, temperature: float, top_p: float, tok_id: str,
-                   metadata: dict[str, Any]) -> dict[str, Any]:
-    """A `trajectories` row for a sampled response (token ids and behaviour log-probs included)."""
-    return {
-        "trajectory_id": trajectory_id, "prompt_id": problem.prompt_id, "source": source, "model_id": model_id,
-        "run_id": run_id, "policy_version": policy_version, "temperature": temperature, "top_p": top_p,
-        "response_text": result.text, "token_ids": result.token_ids, "behavior_logprobs": result.logprobs,
-        "tokenizer_id": tok_id, "response_hash": response_hash(result.text),
-        "metadata": to_json_text({"finish_reason": result.finish_reason, **metadata}),
-    }
 
 
 class PolicyVersions:
@@ -171,7 +155,7 @@ class RolloutWorker(threading.Thread):
         self.loaded = -1
 
     def run(self) -> None:
-        con = connect(self.settings.lake, self.settings.snapshot)
+        con = self.settings.lake.connect(self.settings.snapshot)
         try:
             for step in range(self.start_step, self.end_step):
                 rollouts = self._generate(con, step)
@@ -224,14 +208,15 @@ class RolloutWorker(threading.Thread):
             tid = sampled_id(s.run_id, pid, first + index, step)
             out.examples.append(Example(
                 stream=s.stream_index, prompt_id=pid, prompt_ids=prompt_ids[result.prompt_index],
-                response_ids=list(result.token_ids), reward=verdict.reward, q0=q0_or_nan(q0_n, q0_success, s.beta, s.q0_prior),
+                response_ids=list(result.token_ids), reward=verdict.reward,
+                q0=q0_or_nan(q0_n, q0_success, s.beta, s.q0_prior),
                 behavior_logprobs=list(result.logprobs), policy_logprobs=policy_lps[index], policy_version=version,
                 trajectory_id=tid))
-            out.trajectories.append(trajectory_row(
-                trajectory_id=tid, problem=problem, result=result, source=s.source, model_id=s.model_id,
-                run_id=s.run_id, policy_version=version, temperature=temperature, top_p=s.schedule.top_p,
-                tok_id=self.tok_id, metadata={"step": step, "sample_index": first + index}))
-            out.evaluations.append(evaluation_row(tid, get_task(problem.task).verifier_name(problem), verdict))
+            out.trajectories.append(sampled_row(
+                result, trajectory_id=tid, prompt_id=pid, source=s.source, model_id=s.model_id, run_id=s.run_id,
+                policy_version=version, temperature=temperature, top_p=s.schedule.top_p, tokenizer_id=self.tok_id,
+                metadata={"step": step, "sample_index": first + index}))
+            out.evaluations.append(verdict_row(tid, get_task(problem.task).verifier_name(problem), verdict))
         return out
 
     def _policy_logprobs(self, prompt_ids: list[list[int]], results: list[SampleResult]) -> list[list[float]]:
@@ -287,5 +272,5 @@ class OnlineSource:
 
 def written_trajectory_ids(lake: Lake, run_id: str) -> set[str]:
     """Ids this run already wrote back (a resumed run regenerates them identically and must not add them twice)."""
-    rows = lake.sql(f"SELECT trajectory_id FROM trajectories WHERE run_id = {sql_literal(run_id)}")
+    rows = lake.sql("SELECT trajectory_id FROM trajectories WHERE run_id = $run_id", params={"run_id": run_id})
     return set(rows.column("trajectory_id").to_pylist())

@@ -18,24 +18,14 @@ import platform
 import random
 import shutil
 import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
-PACKAGES = ("spo-lake", "torch", "transformers", "tokenizers", "deltalake", "duckdb", "polars", "pyarrow")
+from spo_lake.lake.rows import package_versions
+
 CHECKPOINT_PREFIX = "step-"
-
-
-def package_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def git_revision() -> dict[str, Any] | None:

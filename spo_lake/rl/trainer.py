@@ -21,13 +21,15 @@ from typing import Any
 
 import torch
 
+from spo_lake.errors import InputError
+from spo_lake.console import progress_bar
 from spo_lake.lake import Lake
-from spo_lake.lake.contracts import to_json_text
+from spo_lake.lake.appender import BufferedAppender
+from spo_lake.lake.rows import new_run_id, runs_row
 from spo_lake.models import load_policy
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.threads import use_threads
-from spo_lake.pipelines.common import BufferedAppender, new_run_id, progress_bar
-from spo_lake.pipelines.sample import tokenizer_id
+from spo_lake.models.tokens import tokenizer_id
 from spo_lake.rl import run as rundir
 from spo_lake.rl.config import TrainConfig, apply_overrides, config_from_dict, stream_counts
 from spo_lake.rl.data import Batch, Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
@@ -85,7 +87,7 @@ class Trainer:
             self.run_id = self.world.broadcast(config.run_name or new_run_id("train"))
             self.run_dir = Path(config.run_dir) / self.run_id
             if self.world.main and self.run_dir.exists():
-                raise ValueError(f"run directory {self.run_dir} exists; continue it with --resume {self.run_dir}")
+                raise InputError(f"run directory {self.run_dir} exists; continue it with --resume {self.run_dir}")
             self.checkpoint = None
         else:
             self.run_dir, self.run_id = _resume_dir, _resume_dir.name
@@ -120,7 +122,7 @@ class Trainer:
         warmup = config.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)  # warm-up, then constant
-        self.ppo = PPOSettings(config.beta, config.gamma, config.lam, config.clip_eps, config.value_clip_eps,
+        self.ppo = PPOSettings(config.beta, config.gamma, config.lam, config.clip_eps,
                                config.value_coef)
         self.step = 0
         self.versions = PolicyVersions()
@@ -137,7 +139,7 @@ class Trainer:
             [("eval_train_where", self.train_eval_problems)] * bool(config.eval_train_where)
         for key, chosen in wanted if config.eval_every else []:
             if not chosen:  # fail before training, not at the first evaluation
-                raise ValueError(f"{key} `{getattr(config, key) or 'TRUE'}` selects no prompt at snapshot "
+                raise InputError(f"{key} `{getattr(config, key) or 'TRUE'}` selects no prompt at snapshot "
                                  f"{self.snapshot!r} (add those prompts, or set eval_every = 0)")
 
     @classmethod
@@ -148,7 +150,7 @@ class Trainer:
         run_dir = Path(run_dir)
         manifest_path = run_dir / "manifest.json"
         if not manifest_path.exists():
-            raise ValueError(f"--resume {run_dir}: no manifest.json there (not a run directory)")
+            raise InputError(f"--resume {run_dir}: no manifest.json there (not a run directory)")
         recorded = json.loads(manifest_path.read_text())["config"]
         config = config_from_dict(apply_overrides(recorded, overrides or []))
         return cls(config, lake, show_progress=show_progress, _resume_dir=run_dir)
@@ -160,7 +162,7 @@ class Trainer:
         name = self.config.snapshot or self.run_id
         if self.world.main and name not in {s.name for s in self.lake.snapshots()}:
             if self.config.snapshot:
-                raise ValueError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
+                raise InputError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
             self.lake.snapshot(name, note=f"pinned by training run {self.run_id}")
         self.world.barrier()  # the other ranks read the snapshot rank 0 pinned
         return name
@@ -215,7 +217,7 @@ class Trainer:
         if self._reference is None:
             ref = TransformersPolicy.from_pretrained(self.config.reference_path, str(self.device), self.dtype)
             if tokenizer_id(ref) != tokenizer_id(self.policy):  # token ids would mean different tokens to π0
-                raise ValueError(f"reference {self.config.reference_path!r} has another tokenizer than the policy "
+                raise InputError(f"reference {self.config.reference_path!r} has another tokenizer than the policy "
                                  f"{self.config.model!r}; SPO needs both to score the same token ids")
             self._reference = ref.model.eval().requires_grad_(False)
         return self._reference
@@ -384,12 +386,10 @@ class Trainer:
 
     def _runs_row(self, status: str, info: dict[str, Any], metrics: dict[str, Any]) -> None:
         summary = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and math.isfinite(v)}
-        self.lake.append("runs", [{
-            "run_id": self.run_id, "kind": "train", "status": status, "config": to_json_text(info["config"]),
-            "snapshot": self.snapshot, "snapshot_versions": to_json_text(info["snapshot_versions"]),
-            "metrics": to_json_text(summary),
-            "manifest": to_json_text({k: v for k, v in info.items() if k != "config"}),
-        }])
+        self.lake.append("runs", [runs_row(
+            run_id=self.run_id, kind="train", status=status, config=info["config"], snapshot=self.snapshot,
+            snapshot_versions=info["snapshot_versions"], metrics=summary,
+            manifest={k: v for k, v in info.items() if k != "config"})])
 
     def close(self) -> None:
         if self.worker is not None:

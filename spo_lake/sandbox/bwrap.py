@@ -89,6 +89,7 @@ def bwrap_command(command: list[str], *, tmpfs_mb: int, seccomp_fd: int | None) 
 
 
 def _parent_dirs(path: str) -> list[str]:
-    """Create `path`'s parents world-readable: bwrap would copy modes such as /root's 0700, and tests run as other uids."""
+    """Create `path`'s parents world-readable: bwrap would copy modes such as /root's 0700, and tests run as other
+    uids."""
     parents = [str(parent) for parent in reversed(Path(path).parents) if str(parent) != "/"]
     return [arg for parent in parents for arg in ("--perms", "0755", "--dir", parent)]

@@ -14,7 +14,8 @@ Control lines (JSON) on fd 0/1:
 The sample reads its own request from the data pipe (FDS["data_in"]): {"source", "stdin", "fn_name"}. Its stdout and
 stderr are pipes the host reads directly. With a `fn_name` it runs the source, says {"ready": true} on the data pipe
 out, then answers one {"args": [...]} line at a time with {"value"}, {"error"} or {"unserialisable"} (values encoded
-by wire.py), or a {"batch": [args, ...]} line with {"batch": [reply, ...]}. Everything the sample writes is untrusted data to the host, which alone decides verdicts.
+by wire.py), or a {"batch": [args, ...]} line with {"batch": [reply, ...]}. Everything the sample writes is untrusted
+data to the host, which alone decides verdicts.
 
 After every sample all other processes of the sandbox are killed and /tmp (the working directory) is emptied by a
 bounded, iterative clean-up; a sandbox it cannot empty reports "clean": false and the host replaces it.

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spo_lake.errors import InputError
 from spo_lake.sandbox import wire
 from spo_lake.sandbox.bwrap import (
     INSTALL_HINT, SANDBOX_ENV, SANDBOX_TMP, SandboxUnavailable, bwrap_command, python_command, require_bwrap,
@@ -118,7 +119,7 @@ class Sandbox:
     def __init__(self, mode: str = "bwrap", tmpfs_mb: int = 256, cgroups: bool = True):
         """`cgroups=False` keeps this sandbox on the rlimits fallback whatever the machine offers (for comparison)."""
         if mode not in MODES:
-            raise ValueError(f"unknown sandbox mode {mode!r}; expected one of {', '.join(MODES)}")
+            raise InputError(f"unknown sandbox mode {mode!r}; expected one of {', '.join(MODES)}")
         if mode == "none":
             warnings.warn("sandbox mode 'none': untrusted code runs WITHOUT isolation", RuntimeWarning, stacklevel=2)
         self.mode, self.tmpfs_mb, self.cgroups = mode, tmpfs_mb, cgroups

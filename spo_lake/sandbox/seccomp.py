@@ -17,7 +17,8 @@ _ALLOW, _ERRNO, _KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
 _EPERM, _ENOSYS = 1, 38
 _ARCH_OFFSET, _NR_OFFSET, _ARG0_OFFSET = 4, 0, 16  # fields of struct seccomp_data (little-endian low word)
 # CLONE_NEWTIME | NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET
-_NEW_NAMESPACE_FLAGS = 0x00000080 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000
+_NEW_NAMESPACE_FLAGS = (0x00000080 | 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
+                        | 0x40000000)
 _X32_SYSCALL_BIT = 0x40000000
 
 # audit arch, {refused syscall: number}, clone, clone3 -- numbers from asm/unistd_64.h and asm-generic/unistd.h

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 
+from spo_lake.errors import UnknownName
 from spo_lake.tasks.base import Problem, SandboxOptions, Task, Verdict
 
 # name -> "module:attribute"; imported lazily so a task's heavy imports cost nothing until it is used.
@@ -16,7 +17,7 @@ _TASKS = {
 
 def get_task(name: str) -> Task:
     if name not in _TASKS:
-        raise KeyError(f"unknown task {name!r}; known: {', '.join(sorted(_TASKS))}")
+        raise UnknownName(f"unknown task {name!r}; known: {', '.join(sorted(_TASKS))}")
     module, attr = _TASKS[name].split(":")
     return getattr(importlib.import_module(module), attr)
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spo_lake.errors import InputError
 from spo_lake.tasks.base import Problem, SandboxOptions, Verdict
 from spo_lake.tasks.extract import extract_code
 from spo_lake.tasks.verifiers import verify_call, verify_stdio
@@ -83,7 +84,7 @@ def read_rows(path: str | None, *, split: str, hub_name: str, required: Sequence
                 return
             missing = next((name for name in required if name not in data), None)
             if missing is not None:
-                raise ValueError(f"{origin}: row {index}: missing field {missing!r}")
+                raise InputError(f"{origin}: row {index}: missing field {missing!r}")
             yield Row(origin, index, data)
             count += 1
 
@@ -97,12 +98,12 @@ def _datasets(path: str, split: str) -> Iterator[tuple[str, Iterable[dict[str, A
             yield f"{path}[{split}]", datasets.load_dataset(path, split=split)
         except Exception as e:  # network, auth, unknown name or split: all user-facing
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise ValueError(f"cannot load {path!r} (split {split!r}) from the Hugging Face hub: {reason}") from None
+            raise InputError(f"cannot load {path!r} (split {split!r}) from the Hugging Face hub: {reason}") from None
         return
     for file in files:
         builder = _BUILDERS.get(Path(file).suffix)
         if builder is None:
-            raise ValueError(f"{file}: unsupported file type (use {', '.join(_BUILDERS)})")
+            raise InputError(f"{file}: unsupported file type (use {', '.join(_BUILDERS)})")
         yield file, datasets.load_dataset(builder, data_files=file, split="train", streaming=True)
 
 
@@ -116,11 +117,11 @@ def _local_files(path: str, split: str) -> list[str] | None:
     if any(c in path for c in "*?["):
         files = sorted(f for f in glob.glob(str(local), recursive=True) if Path(f).is_file())
         if not files:
-            raise ValueError(f"{path}: no files match")
+            raise InputError(f"{path}: no files match")
         return files
     if _HUB_NAME.fullmatch(path):
         return None
-    raise ValueError(f"{path}: no such file or directory")
+    raise InputError(f"{path}: no such file or directory")
 
 
 def _split_files(directory: Path, split: str) -> list[str]:
@@ -130,7 +131,7 @@ def _split_files(directory: Path, split: str) -> list[str]:
     for name in (split, _SPLIT_ALIASES.get(split)):
         if name in by_split:
             return sorted(f for f in by_split[name] if Path(f).suffix in _BUILDERS)
-    raise ValueError(f"{directory}: no {split!r} split (found: {', '.join(map(str, by_split)) or 'none'})")
+    raise InputError(f"{directory}: no {split!r} split (found: {', '.join(map(str, by_split)) or 'none'})")
 
 
 # ----------------------------------------------------------------------------------------------- judging

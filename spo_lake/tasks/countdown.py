@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
 
+from spo_lake.errors import InputError
 from spo_lake.tasks.base import Problem, SandboxOptions, Verdict
 
 MAX_ANSWER_CHARS = 200  # longer answers cannot be honest 4-number expressions; also bounds ast's work
@@ -205,7 +206,7 @@ def load(
     """Loader entry point for `spolake prompts add --dataset countdown`: problems are generated, so `path`
     must be None; `limit` caps n."""
     if path is not None:
-        raise ValueError(f"countdown problems are generated, not read from a file (got path {path!r}); omit the path")
+        raise InputError(f"countdown problems are generated, not read from a file (got path {path!r}); omit the path")
     return make_problems(n if limit is None else min(n, limit), seed)
 
 
@@ -347,5 +348,6 @@ def _judge(target: int, answer: str, evaluated: _Evaluated) -> Verdict:
 TASK = CountdownTask()
 
 __all__ = [
-    "TASK", "CountdownTask", "check_structure", "draw_problem", "extract_answer", "load", "make_problems", "reachable", "solve",
+    "TASK", "CountdownTask", "check_structure", "draw_problem", "extract_answer", "load", "make_problems", "reachable",
+    "solve",
 ]

@@ -27,6 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from spo_lake.errors import InputError
 from spo_lake.tasks.base import Problem, SandboxOptions, Verdict
 from spo_lake.tasks.codecontests import run_limits
 from spo_lake.tasks.extract import extract_code
@@ -137,13 +138,13 @@ def _packaged_file() -> str:
 def _read_jsonl(path: str) -> list[dict]:
     file = Path(path).expanduser()
     if not file.is_file():
-        raise ValueError(f"{path}: no such file")
+        raise InputError(f"{path}: no such file")
     opener = gzip.open if file.suffix == ".gz" else open
     try:
         with opener(file, "rt", encoding="utf-8") as f:
             lines = f.readlines()
     except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: cannot read ({e})") from None
+        raise InputError(f"{path}: cannot read ({e})") from None
     problems: list[dict] = []
     for row, line in enumerate(lines):
         if not line.strip():
@@ -151,10 +152,10 @@ def _read_jsonl(path: str) -> list[dict]:
         try:
             problem = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: row {row}: not valid JSON ({e})") from None
+            raise InputError(f"{path}: row {row}: not valid JSON ({e})") from None
         for field in REQUIRED:
             if not isinstance(problem.get(field), str):
-                raise ValueError(f"{path}: row {row}: field {field!r} is missing or not a string")
+                raise InputError(f"{path}: row {row}: field {field!r} is missing or not a string")
         problems.append(problem)
     return problems
 

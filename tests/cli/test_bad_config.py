@@ -41,7 +41,7 @@ def test_a_train_config_naming_a_missing_snapshot(spolake, lake, tmp_path):
      ["line 7", "steps[1] (evaluate): unknown key 'bogus'"]),
     ('[[steps]]\nrun = "snapshot"\nnote = "n"\n', ["line 2", "steps[0] (snapshot): missing key 'name'"]),
     ('[[steps]]\nrun = "sample"\nn = 2\n', ["steps[0] (sample): missing key 'model'"]),
-    ('[[steps]]\nrun = "judge"\n', ["line 2", "field 'run': 'judge' is not one of"]),
+    ('[[steps]]\nrun = "grade"\n', ["line 2", "field 'run': 'grade' is not one of"]),
 ])
 def test_bad_pipeline_recipes_fail_before_any_step_runs(spolake, lake, tmp_path, text, fragments):
     recipe = tmp_path / "recipe.toml"

@@ -110,7 +110,7 @@ def interrupt(args: list[str], cwd: Path, ready: Callable[[Verb], bool]) -> Verb
 def work(tmp_path_factory, tiny_model_dir) -> Path:
     """A lake with countdown prompts, reference samples and q0 values of the tiny model, the model itself as
     models/pi0, a big trajectory file, a recipe and a training config."""
-    from spo_lake.cli.ingest_cmds import ingest_dataset
+    from spo_lake.ingest.datasets import ingest_dataset
     from spo_lake.models.backend import TransformersPolicy
     from spo_lake.pipelines.q0 import q0
     from spo_lake.pipelines.sample import sample

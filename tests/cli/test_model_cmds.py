@@ -3,8 +3,8 @@ import typer
 from typer.testing import CliRunner
 
 from spo_lake.cli.common import STATE
-from spo_lake.cli.ingest_cmds import ingest_dataset
 from spo_lake.cli.model_cmds import register
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 
 

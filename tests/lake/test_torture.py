@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from tests.lake.test_concurrent_commits import SPOLAKE, assert_each_row_once, run_all
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from spo_lake.lake import Lake
+from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.upkeep import COMPACT_EVERY, after_commit
-from spo_lake.pipelines.common import BufferedAppender
 from tests.lake.rows import trajectory_rows
 
 ALL = "SELECT trajectory_id, prompt_id, token_ids, behavior_logprobs FROM trajectories ORDER BY trajectory_id"

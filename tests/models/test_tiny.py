@@ -80,7 +80,7 @@ def test_near_misses_make_up_the_configured_share_of_the_training_mix():
 
 
 def test_cot_responses_reason_first_and_answer_on_the_last_line(tmp_path):
-    for prompt, response in training_pairs(50, seed=3, style="cot", near_miss_fraction=0.3):
+    for _, response in training_pairs(50, seed=3, style="cot", near_miss_fraction=0.3):
         if "\n" not in response:  # a lone number (a near-miss) has no steps to show
             assert response.isdigit()
             continue

@@ -22,7 +22,7 @@ def test_chunked_log_probs_and_gradients_match_the_full_log_softmax(chunk_elemen
     logits = 4 * torch.randn(3, 8, 37, generator=g)
     targets = torch.randint(0, 37, (3, 7), generator=g)
     weights = torch.randn(3, 7, generator=g)
-    fast, fast_grad = values_and_grad(lambda l, t: gather_token_log_probs(l, t, chunk_elements), logits, targets,
+    fast, fast_grad = values_and_grad(lambda x, t: gather_token_log_probs(x, t, chunk_elements), logits, targets,
                                       weights)
     full, full_grad = values_and_grad(reference, logits, targets, weights)
     assert fast.dtype == torch.float32 and fast.shape == (3, 7)

@@ -13,14 +13,14 @@ import os
 import pytest
 import torch
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.sampling import sampling_log_probs
+from spo_lake.models.tokens import render_prompt
 from spo_lake.models.vllm_backend import VLLMPolicy
 from spo_lake.pipelines.q0 import q0
 from spo_lake.pipelines.refprobs import refprobs
-from spo_lake.pipelines.sample import render_prompt
 from spo_lake.rl.config import load_config
 from spo_lake.rl.rollout import behaviour_version
 from spo_lake.rl.run import checkpoint_dirs, read_metrics

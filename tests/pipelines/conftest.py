@@ -1,6 +1,6 @@
 import pytest
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 
 

@@ -1,7 +1,7 @@
 
 from spo_lake.ingest import PROMPT_FIELDS, add_prompts, from_records, located
-from spo_lake.pipelines.dedup import CANONICAL_SQL, dedup
-
+from spo_lake.lake.sql import CANONICAL_SQL
+from spo_lake.pipelines.dedup import dedup
 from tests.helpers import add_responses
 
 PROGRAM = "def f(x):\n    return x + 1\n"

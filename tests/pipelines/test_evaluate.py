@@ -1,7 +1,6 @@
 
 from spo_lake.pipelines.evaluate import evaluate, pending
 from spo_lake.tasks import Problem, SandboxOptions, get_task
-
 from tests.helpers import add_responses
 
 
@@ -59,7 +58,7 @@ def test_verdict_matches_task_verify(countdown_lake):
 
 
 def test_poison_and_failed_judgments_are_recorded_and_a_rerun_has_nothing_pending(tmp_path):
-    from spo_lake.cli.ingest_cmds import ingest_dataset
+    from spo_lake.ingest.datasets import ingest_dataset
     from spo_lake.lake import Lake
 
     lake = Lake.init(tmp_path / "lake")

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from spo_lake.cli.app import app
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.pipelines.evaluate import evaluate

@@ -2,14 +2,15 @@ import math
 from collections import Counter
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.tokens import render_prompt
 from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
 from spo_lake.pipelines.evaluate import evaluate
 from spo_lake.pipelines.pts import pts, search
 from spo_lake.pipelines.q0 import latest_prompt_values, q0
-from spo_lake.pipelines.sample import render_prompt
 from spo_lake.tasks import Problem
 
 DENOMINATOR = 20  # estimates are ratios successes/k, like real ones

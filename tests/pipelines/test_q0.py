@@ -5,7 +5,7 @@ import pytest
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.pipelines.q0 import latest_prompt_values, q0
 from spo_lake.pipelines.sample import sample
-from spo_lake.rl.losses import q0_from_counts
+from spo_lake.scores import q0_from_counts
 
 SHORT = 12
 

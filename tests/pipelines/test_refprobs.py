@@ -1,8 +1,9 @@
 import pytest
 
 from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.tokens import render_prompt, tokenizer_id
 from spo_lake.pipelines.refprobs import refprobs
-from spo_lake.pipelines.sample import render_prompt, sample, tokenizer_id
+from spo_lake.pipelines.sample import sample
 from spo_lake.tasks import Problem
 
 

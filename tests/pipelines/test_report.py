@@ -19,7 +19,10 @@ def test_passk_report_matches_brute_force(countdown_lake):
     assert sorted((r["n"], r["c"]) for r in counts) == [(3, 1), (4, 2), (5, 3)]
     table = {r["group"]: r for r in passk_table(passk_counts(lake, "source"), [1, 4]).to_pylist()}
     ref = table["reference"]
-    brute = lambda n, c, k: 1 - comb(n - c, k) / comb(n, k)
+
+    def brute(n: int, c: int, k: int) -> float:
+        return 1 - comb(n - c, k) / comb(n, k)
+
     assert abs(ref["pass@1"] - round((1 / 3 + 2 / 4 + 3 / 5) / 3, 4)) < 1e-9
     assert ref["prompts@4"] == 2 and abs(ref["pass@4"] - round((brute(4, 2, 4) + brute(5, 3, 4)) / 2, 4)) < 1e-9
     assert table["human"]["pass@1"] == 1.0

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from spo_lake.models.backend import TransformersPolicy
-from spo_lake.pipelines.sample import SampleSettings, render_prompt, sample, tokenizer_id
+from spo_lake.models.tokens import render_prompt, tokenizer_id
+from spo_lake.pipelines.sample import SampleSettings, sample
 from spo_lake.tasks import Problem
 
 SHORT = 12  # max_new_tokens: countdown answers are short; keeps the tests fast

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.identity import model_identity
@@ -174,7 +174,7 @@ def test_from_previous_checkpoint_trains_run_2_from_run_1s_weights_with_pi0_as_r
 
 
 def test_a_bad_between_step_is_named_with_its_line(tmp_path, tiny_model_dir):
-    from spo_lake.rl.chain import load_chain
+    from spo_lake.chain import load_chain
 
     config = write_config(tmp_path, tiny_model_dir)
     config.write_text(config.read_text() + '\n[[chain.between]]\nrun = "dedup"\nmodel = "x"\n')

@@ -12,7 +12,8 @@ import math
 import pytest
 import torch
 
-from spo_lake.rl.losses import q0_from_counts, spo_loss
+from spo_lake.rl.losses import spo_loss
+from spo_lake.scores import q0_from_counts
 
 VOCAB, LENGTH = 3, 3
 BETA = 1 / math.log(100000)

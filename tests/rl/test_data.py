@@ -4,14 +4,14 @@ import math
 import pytest
 import torch
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.pipelines.dedup import dedup
-from spo_lake.pipelines.sample import tokenizer_id, trajectory_token_ids
 from spo_lake.rl.config import StreamConfig, TrainConfig, stream_counts, validate
 from spo_lake.rl.data import Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
-from spo_lake.rl.losses import q0_from_counts
+from spo_lake.scores import q0_from_counts
 from tests.helpers import add_responses
 
 BETA = 0.25

@@ -20,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.pipelines.q0 import q0

@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.rl.evaluation import EvalSettings, evaluate_in_lake, evaluate_policy, select_problems
-from spo_lake.rl.metrics import mean_pass_at_k
+from spo_lake.scores import mean_pass_at_k
 from spo_lake.tasks import SandboxOptions, get_task
 
 

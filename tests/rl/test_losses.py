@@ -6,13 +6,8 @@ import math
 import pytest
 import torch
 
-from spo_lake.rl.losses import (
-    cumulative_q,
-    log1mexp,
-    log_prob_cross_entropy,
-    q0_from_counts,
-    spo_loss,
-)
+from spo_lake.rl.losses import cumulative_q, log1mexp, log_prob_cross_entropy, spo_loss
+from spo_lake.scores import q0_from_counts
 
 PAPER_BETA = 1 / math.log(100000)
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spo_lake.rl.metrics import mean_pass_at_k, pass_at_k
+from spo_lake.scores import mean_pass_at_k, pass_at_k
 
 
 @st.composite

@@ -1,11 +1,12 @@
-"""PPO baseline math: KL-penalised rewards, GAE against a hand loop, clipped losses at hand-made ratios."""
+"""PPO baseline math: KL-penalised rewards, GAE against a hand loop, the clipped policy loss at hand-made ratios,
+the value loss."""
 
 import math
 
 import pytest
 import torch
 
-from spo_lake.rl.ppo_math import gae, kl_penalized_rewards, ppo_policy_loss, ppo_value_loss, whiten
+from spo_lake.rl.ppo_math import gae, kl_penalized_rewards, ppo_policy_loss, value_loss, whiten
 
 MASK = torch.tensor([[True, True, True], [True, True, False]])
 
@@ -29,7 +30,7 @@ def gae_by_hand(rewards: list[float], values: list[float], gamma: float, lam: fl
     """Textbook GAE for one unpadded episode: A_t = Σ_l (γλ)^l δ_{t+l}, V after the end = 0."""
     n = len(rewards)
     deltas = [rewards[t] + gamma * (values[t + 1] if t + 1 < n else 0.0) - values[t] for t in range(n)]
-    return [sum((gamma * lam) ** (l - t) * deltas[l] for l in range(t, n)) for t in range(n)]
+    return [sum((gamma * lam) ** (u - t) * deltas[u] for u in range(t, n)) for t in range(n)]
 
 
 @pytest.mark.parametrize("gamma, lam", [(1.0, 0.95), (0.9, 0.5), (1.0, 1.0), (0.99, 0.0)])
@@ -82,16 +83,13 @@ def test_policy_loss_on_policy_is_minus_mean_advantage():
 
 
 def test_value_loss_at_hand_made_values():
-    old_values = torch.tensor([[0.0, 0.0, 0.0, 0.0]])
     values = torch.tensor([[0.5, 0.5, 0.1, 0.3]], requires_grad=True)
     returns = torch.tensor([[1.0, -1.0, 1.0, 0.0]])
-    out = ppo_value_loss(values, old_values, returns, torch.tensor([[True, True, True, False]]), clip_eps=0.2)
-    # V clipped to 0.2: (0.25 vs 0.64) → 0.64 clipped; (2.25 vs 1.44) → 2.25; within ε: 0.81
-    assert out.loss.item() == pytest.approx(0.5 * (0.64 + 2.25 + 0.81) / 3)
-    assert out.clip_fraction.item() == pytest.approx(1 / 3)
-    out.loss.backward()
-    # the clipped branch does not move V; the others: (V − R)/3
-    torch.testing.assert_close(values.grad, torch.tensor([[0.0, 1.5 / 3, -0.9 / 3, 0.0]]))
+    loss = value_loss(values, returns, torch.tensor([[True, True, True, False]]))
+    # ½·(V − R)² over the three valid tokens: 0.25, 2.25, 0.81; padding ignored
+    assert loss.item() == pytest.approx(0.5 * (0.25 + 2.25 + 0.81) / 3)
+    loss.backward()
+    torch.testing.assert_close(values.grad, torch.tensor([[-0.5 / 3, 1.5 / 3, -0.9 / 3, 0.0]]))
 
 
 def test_whiten_normalises_valid_entries_and_ignores_padding():

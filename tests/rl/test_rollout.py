@@ -4,10 +4,10 @@ import time
 import pytest
 import torch
 
-from spo_lake.cli.ingest_cmds import ingest_dataset
+from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
+from spo_lake.lake.appender import BufferedAppender
 from spo_lake.models.backend import TransformersPolicy
-from spo_lake.pipelines.common import BufferedAppender
 from spo_lake.rl.data import online_prompts
 from spo_lake.rl.rollout import (
     OnlineSource, PolicyVersions, RolloutSchedule, RolloutSettings, RolloutWorker, behaviour_version,

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import socket
 import sys
 import textwrap
@@ -13,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from spo_lake.pipelines.judge import judge_many
 from spo_lake.sandbox import Job, Limits, Sandbox, run_python, wire
 from spo_lake.sandbox.bwrap import interpreter
 from spo_lake.sandbox.cgroups import cgroup_mode
 from spo_lake.tasks import Problem, SandboxOptions
+from spo_lake.tasks.judge import judge_many
 from spo_lake.tasks.verifiers import verify_humaneval, verify_stdio
 
 from .conftest import descendants, host_processes_with, requires_bwrap

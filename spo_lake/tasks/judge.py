@@ -8,8 +8,9 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
+from spo_lake.lake.rows import evaluation_row
 from spo_lake.sandbox import SandboxUnavailable
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
 
@@ -66,3 +67,10 @@ def judge_one(task, problem: Problem, response: str, options: SandboxOptions) ->
     except Exception as error:
         return Verdict(passed=False, verdict="sandbox_error", detail=f"judging failed: {type(error).__name__}: "
                                                                      f"{error}"[:500])
+
+
+def verdict_row(trajectory_id: str, verifier: str, v: Verdict) -> dict[str, Any]:
+    """The `evaluations` row recording verdict `v` of `verifier` on a trajectory."""
+    return evaluation_row(trajectory_id=trajectory_id, verifier=verifier, passed=v.passed, reward=v.reward,
+                          verdict=v.verdict, first_failing_test=v.first_failing_test, detail=v.detail,
+                          duration_s=v.duration_s, extraction=v.extracted_code)
