@@ -311,17 +311,17 @@ def _prompts_to_create(lake: Lake, batch: Batch, task: str | None, staged: dict[
         return _NEW_PROMPT.empty_table()
     frame = pl.from_arrow(t.select(["prompt_id", "prompt", "task"])).with_row_index("row")
     known = pl.Series(list(existing), dtype=pl.String).implode()
-    for field in ("prompt", "task") if existing else ():  # a row restating a known prompt must agree with the lake
-        lake_value = pl.col("prompt_id").replace_strict({k: v[field] for k, v in existing.items()}, default=None,
+    for name in ("prompt", "task") if existing else ():  # a row restating a known prompt must agree with the lake
+        lake_value = pl.col("prompt_id").replace_strict({k: v[name] for k, v in existing.items()}, default=None,
                                                         return_dtype=pl.String)
-        differs = pl.col(field) != lake_value
-        if field == "prompt":  # exports restate a prompt as the model sees it: the task's format of it
+        differs = pl.col(name) != lake_value
+        if name == "prompt":  # exports restate a prompt as the model sees it: the task's format of it
             shown = {k: formatted_prompt(v) for k, v in existing.items()}
-            differs &= pl.col(field) != pl.col("prompt_id").replace_strict(shown, default=None, return_dtype=pl.String)
-        clash = frame.filter(pl.col("prompt_id").is_in(known) & pl.col(field).is_not_null() & differs).head(1)
+            differs &= pl.col(name) != pl.col("prompt_id").replace_strict(shown, default=None, return_dtype=pl.String)
+        clash = frame.filter(pl.col("prompt_id").is_in(known) & pl.col(name).is_not_null() & differs).head(1)
         if clash.height:
             i, pid = clash["row"][0], clash["prompt_id"][0]
-            raise IngestError(f"{batch.where(i)}: field {field!r}: differs from prompt {pid!r} in the lake")
+            raise IngestError(f"{batch.where(i)}: field {name!r}: differs from prompt {pid!r} in the lake")
     combos = (frame.filter(~pl.col("prompt_id").is_in(known))
               .unique(subset=["prompt_id", "prompt", "task"], keep="first", maintain_order=True))
     rows: dict[str, dict[str, Any]] = {}
@@ -336,8 +336,8 @@ def _prompts_to_create(lake: Lake, batch: Batch, task: str | None, staged: dict[
             raise IngestError(f"{batch.where(i)}: field 'task': needed to create prompt {pid!r} (or pass --task)")
         old = rows.setdefault(pid, {"prompt_id": pid, "task": row_task, "prompt": r["prompt"]})
         if (old["prompt"], old["task"]) != (r["prompt"], row_task):
-            field = "prompt" if old["prompt"] != r["prompt"] else "task"
-            raise IngestError(f"{batch.where(i)}: field {field!r}: differs from an earlier row of prompt {pid!r}")
+            name = "prompt" if old["prompt"] != r["prompt"] else "task"
+            raise IngestError(f"{batch.where(i)}: field {name!r}: differs from an earlier row of prompt {pid!r}")
     for pid, i in missing_text.items():
         if pid not in rows:
             raise IngestError(f"{batch.where(i)}: field 'prompt_id': {pid!r} is not in the lake; add it with "

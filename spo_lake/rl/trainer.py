@@ -275,8 +275,8 @@ class Trainer:
         if finite:  # a non-finite gradient would turn every weight into NaN: skip the update, keep the schedule
             self.optimizer.step()
         self.scheduler.step()
-        return {"loss": total_loss, **stats.means(), "grad_norm": float(grad_norm), "skipped_nonfinite": int(not finite),
-                "lr": self.scheduler.get_last_lr()[0], "tokens": tokens}
+        return {"loss": total_loss, **stats.means(), "grad_norm": float(grad_norm),
+                "skipped_nonfinite": int(not finite), "lr": self.scheduler.get_last_lr()[0], "tokens": tokens}
 
     def _across_ranks(self, loss: float, tokens: int, stats: Stats) -> tuple[float, int, Stats]:
         """Every rank's loss is its share's sum over the per-rank batch size: their mean is the whole batch's."""
