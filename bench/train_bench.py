@@ -45,7 +45,12 @@ def resident_mb(field: str = "VmRSS") -> float:
 def build(root: Path, args: argparse.Namespace) -> None:
     """A model directory and a lake with long-ish correct responses, Q0 counts and cached π0 log-probs."""
     from spo_lake.ingest import (
-        PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, from_records, ingest_trajectories, located,
+        PROMPT_FIELDS,
+        TRAJECTORY_FIELDS,
+        add_prompts,
+        from_records,
+        ingest_trajectories,
+        located,
     )
     from spo_lake.lake import Lake
     from spo_lake.models.backend import TransformersPolicy
@@ -96,11 +101,10 @@ def sft_update(trainer, examples) -> dict:
 def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
     from spo_lake.lake import Lake
     from spo_lake.models.backend import TransformersPolicy
+    from spo_lake.models.threads import use_threads
     from spo_lake.rl.config import StreamConfig, load_config
     from spo_lake.rl.data import LakeStream, StreamSettings
     from spo_lake.rl.trainer import Trainer
-
-    from spo_lake.models.threads import use_threads
 
     args.threads = use_threads(args.threads)
     model_id = str(root / "model")

@@ -29,9 +29,10 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from spo_lake.lake import Lake
 from spo_lake.pipelines.recipe import STEPS, Recipe, run_recipe, step_keys

@@ -15,7 +15,8 @@ which TRL reads as "this reward function does not apply".
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from spo_lake.tasks import Problem, SandboxOptions, task_names
 from spo_lake.tasks.judge import judge_many

@@ -12,9 +12,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 ACCESS_KEY, SECRET_KEY, BUCKET = "spolake", "spolake-secret", "lake"
 

@@ -5,12 +5,21 @@ import atexit
 import os
 import sys
 import traceback
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import typer
 
 from spo_lake.cli import (
-    chain_cmds, demo_cmds, export_cmds, ingest_cmds, interrupt, lake_cmds, model_cmds, pipeline_cmds, report_cmds, train_cmds,
+    chain_cmds,
+    demo_cmds,
+    export_cmds,
+    ingest_cmds,
+    interrupt,
+    lake_cmds,
+    model_cmds,
+    pipeline_cmds,
+    report_cmds,
+    train_cmds,
 )
 from spo_lake.cli.common import DEFAULT_LAKE, STATE, parse_pairs, user_errors
 
@@ -29,7 +38,7 @@ def _show_version(value: bool) -> None:
 @app.callback()
 @user_errors
 def root(lake: str = typer.Option(DEFAULT_LAKE, "--lake", envvar="SPOLAKE_LAKE", help="lake directory or URI"),
-         storage_option: Optional[list[str]] = typer.Option(
+         storage_option: list[str] | None = typer.Option(
              None, "--storage-option", envvar="SPOLAKE_STORAGE_OPTIONS", metavar="KEY=VALUE",
              help="object-store option or credential passed to deltalake (repeatable; the environment variable takes "
                   "space-separated KEY=VALUE items; AWS_*/AZURE_*/GOOGLE_* variables are read by deltalake itself)"),

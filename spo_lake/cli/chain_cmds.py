@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
 
 import typer
 
@@ -17,7 +16,7 @@ def register(app: typer.Typer) -> None:
               runs: int = typer.Option(..., "--runs", min=1, help="number of runs K"),
               set_: list[str] = typer.Option(None, "--set", help="override a run-config key: key=value or "
                                              "streams.<name>.<key>=value (TOML values; repeatable)"),
-              name: Optional[str] = typer.Option(None, help="chain name (default: the chain table's name, "
+              name: str | None = typer.Option(None, help="chain name (default: the chain table's name, "
                                                  "else 'chain')"),
               from_previous_checkpoint: bool = typer.Option(
                   False, "--from-previous-checkpoint", help="run k starts from run k−1's final checkpoint "

@@ -8,12 +8,12 @@ import math
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from enum import Enum
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 
-from spo_lake.errors import InputError
 from spo_lake import __version__
 from spo_lake.console import console
 from spo_lake.errors import InputError, UserError
@@ -97,12 +97,12 @@ SANDBOX_DEFAULTS = SandboxOptions()
 SANDBOX_HELP = "bwrap (default) or none — none runs generated code UNSANDBOXED on this machine; never on untrusted data"
 EXECUTOR_HELP = "local (this process) or ray (Ray workers; same rows as local)"
 RAY_ADDRESS_HELP = "the Ray cluster for --executor ray, e.g. ray://head:10001 or auto (default: a new local instance)"
-Workers = Annotated[Optional[int], typer.Option(help="parallel sandboxes (default: cores)")]
+Workers = Annotated[int | None, typer.Option(help="parallel sandboxes (default: cores)")]
 TimeoutS = Annotated[float, typer.Option(help="wall-clock limit per test")]
 MemoryMb = Annotated[int, typer.Option(help="address-space limit")]
 Sandbox = Annotated[str, typer.Option(help=SANDBOX_HELP)]
 Executor = Annotated[str, typer.Option(help=EXECUTOR_HELP)]
-RayAddress = Annotated[Optional[str], typer.Option(help=RAY_ADDRESS_HELP)]
+RayAddress = Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)]
 
 
 def sandbox_options(timeout_s: float, memory_mb: int, sandbox: str) -> SandboxOptions:

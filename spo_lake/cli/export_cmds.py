@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,7 +13,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def export(snapshot: str = typer.Option(..., help="snapshot to read"),
-               query: Optional[str] = typer.Option(None, help="SQL selecting the rows (raw), or the trajectory_id "
+               query: str | None = typer.Option(None, help="SQL selecting the rows (raw), or the trajectory_id "
                                                    "(sft, dpo) / prompt_id (prompt) of the rows to shape"),
                shape: Shape = typer.Option(Shape.raw, help="raw rows; sft: prompt + completion; dpo: prompt + chosen "
                                            "+ rejected pairs; prompt: one row per prompt for a reward function"),

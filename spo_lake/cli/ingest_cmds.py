@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Optional
 
 import typer
 
-from spo_lake.errors import InputError
 from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json, open_lake, parse_map, user_errors
+from spo_lake.errors import InputError
 from spo_lake.ingest import PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, ingest_trajectories, load_batch
 from spo_lake.ingest.core import BATCH_ROWS, IngestReport, load_batches
 from spo_lake.ingest.datasets import DATASETS, ingest_dataset
@@ -36,11 +35,11 @@ def register(app: typer.Typer) -> None:
     def ingest(path: str = typer.Argument(..., help="JSONL(.gz), Parquet, CSV file, or a dataset with --hf"),
                source: str = typer.Option("import", help=f"one of: {', '.join(SOURCES)}"),
                map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src (repeatable)"),
-               task: Optional[str] = typer.Option(None, help="task for prompts created from a 'prompt' field"),
-               model: Optional[str] = typer.Option(None, help="model id for rows without 'model_id'"),
-               run_id: Optional[str] = typer.Option(None, help="run id for rows without 'run_id'"),
-               tokenizer: Optional[str] = typer.Option(None, help="tokenizer id for rows without 'tokenizer_id'"),
-               reward_map: Optional[str] = typer.Option(
+               task: str | None = typer.Option(None, help="task for prompts created from a 'prompt' field"),
+               model: str | None = typer.Option(None, help="model id for rows without 'model_id'"),
+               run_id: str | None = typer.Option(None, help="run id for rows without 'run_id'"),
+               tokenizer: str | None = typer.Option(None, help="tokenizer id for rows without 'tokenizer_id'"),
+               reward_map: str | None = typer.Option(
                    None, help="map input rewards to the lake's 0 (pass) / -1 (fail): input=lake pairs such as "
                               f"1=0,0=-1, or a convention: {CONVENTIONS}"),
                extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
@@ -71,11 +70,11 @@ def register(app: typer.Typer) -> None:
 
     @prompts_app.command("add")
     @user_errors
-    def prompts_add(path: Optional[str] = typer.Argument(None, help="prompt records file, or dataset path/name"),
-                    dataset: Optional[str] = typer.Option(None, help=f"built-in loader: {', '.join(DATASETS)}"),
-                    n: Optional[int] = typer.Option(None, help="countdown: number of problems"),
-                    seed: Optional[int] = typer.Option(None, help="countdown: generator seed"),
-                    limit: Optional[int] = typer.Option(None, help="load at most this many problems"),
+    def prompts_add(path: str | None = typer.Argument(None, help="prompt records file, or dataset path/name"),
+                    dataset: str | None = typer.Option(None, help=f"built-in loader: {', '.join(DATASETS)}"),
+                    n: int | None = typer.Option(None, help="countdown: number of problems"),
+                    seed: int | None = typer.Option(None, help="countdown: generator seed"),
+                    limit: int | None = typer.Option(None, help="load at most this many problems"),
                     map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src"),
                     extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
                     format: OutputFormat = FORMAT_OPTION) -> None:

@@ -3,17 +3,16 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import pyarrow as pa
 import typer
 from rich.table import Table
 
-from spo_lake.errors import InputError
 from spo_lake.cli.common import FORMAT_OPTION, STATE, OutputFormat, console, emit_json, open_lake, user_errors
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake, LakeError, table_names
 from spo_lake.lake.core import DEFAULT_RETENTION_HOURS
 from spo_lake.lake.doctor import diagnose
@@ -29,7 +28,7 @@ class SqlFormat(str, Enum):
 
 
 def _iso_ms(ms: int | None) -> str | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="seconds")
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
 
 
 def show_table(t: pa.Table, title: str | None = None, limit: int = 50) -> None:
@@ -96,9 +95,9 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def sql(query: str = typer.Argument(..., help="DuckDB SQL; every table is a view"),
-            snapshot: Optional[str] = typer.Option(None, help="read every table at this snapshot"),
+            snapshot: str | None = typer.Option(None, help="read every table at this snapshot"),
             format: SqlFormat = typer.Option(SqlFormat.table, "--format"),
-            out: Optional[Path] = typer.Option(None, help="write the result here"),
+            out: Path | None = typer.Option(None, help="write the result here"),
             allow_writes: bool = typer.Option(False, "--allow-writes",
                                               help="also run statements that write files or change the session "
                                                    "(COPY ... TO, CREATE, ATTACH, INSTALL/LOAD, SET); the lake's "
@@ -108,7 +107,7 @@ def register(app: typer.Typer) -> None:
 
     @snapshot_app.command("create")
     @user_errors
-    def snapshot_create(name: str, note: Optional[str] = typer.Option(None),
+    def snapshot_create(name: str, note: str | None = typer.Option(None),
                         format: OutputFormat = FORMAT_OPTION) -> None:
         """Pin the current version of every table under NAME."""
         snap = open_lake().snapshot(name, note=note)
@@ -161,7 +160,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
-    def history(table: Optional[str] = typer.Argument(None), format: OutputFormat = FORMAT_OPTION) -> None:
+    def history(table: str | None = typer.Argument(None), format: OutputFormat = FORMAT_OPTION) -> None:
         """Delta commit history of one table (or every table's current version)."""
         lake = open_lake()
         if table is None:
@@ -177,7 +176,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
-    def stats(snapshot: Optional[str] = typer.Option(None), format: OutputFormat = FORMAT_OPTION) -> None:
+    def stats(snapshot: str | None = typer.Option(None), format: OutputFormat = FORMAT_OPTION) -> None:
         """Rows by table, trajectories by source, and by prompt."""
         lake = open_lake()
         sections = {  # JSON key -> (title, rows)

@@ -2,15 +2,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Tuple
 
 import typer
 
-from spo_lake.errors import InputError
 from spo_lake.cli.common import (
-    FORMAT_OPTION, SANDBOX_DEFAULTS, THREADS_OPTION, Executor, MemoryMb, OutputFormat, RayAddress, Sandbox, TimeoutS,
-    Workers, console, open_lake, sandbox_options, show_report, user_errors,
+    FORMAT_OPTION,
+    SANDBOX_DEFAULTS,
+    THREADS_OPTION,
+    Executor,
+    MemoryMb,
+    OutputFormat,
+    RayAddress,
+    Sandbox,
+    TimeoutS,
+    Workers,
+    console,
+    open_lake,
+    sandbox_options,
+    show_report,
+    user_errors,
 )
+from spo_lake.errors import InputError
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
 
@@ -21,7 +33,7 @@ WHERE_PROMPTS = "SQL filter over prompts p"
 WHERE_TRAJECTORIES = "SQL filter over trajectories t joined with prompts p"
 
 
-def load_model(model: str, device: Optional[str], backend: str = "auto", model_id: Optional[str] = None):
+def load_model(model: str, device: str | None, backend: str = "auto", model_id: str | None = None):
     """The policy backend for `model` (vLLM when present and backend is auto, else transformers on `device`)."""
     from spo_lake.models.identity import resolve_model
 
@@ -35,7 +47,7 @@ def load_model(model: str, device: Optional[str], backend: str = "auto", model_i
         return load_policy(model, backend=backend, device=device, model_id=model_id)
 
 
-def read_template(path: Optional[str]) -> Optional[str]:
+def read_template(path: str | None) -> str | None:
     if path is None:
         return None
     if not Path(path).is_file():
@@ -49,7 +61,7 @@ def register(app: typer.Typer) -> None:
     def tiny(out: str = typer.Option(..., "--out", help="directory to save the model and tokenizer into"),
              seed: int = typer.Option(0, help="seed of data, initialisation and data order"),
              style: str = typer.Option("direct", help="direct (expression only) or cot (a reasoning line first)"),
-             steps: Optional[int] = typer.Option(None, help="training steps (default: the built-in schedule)"),
+             steps: int | None = typer.Option(None, help="training steps (default: the built-in schedule)"),
              threads: int = typer.Option(1, "--threads", min=1, help="torch threads; the default 1 keeps builds "
                                          "bit-reproducible and is fastest for this model's small matrices")) -> None:
         """Build and SFT-train the tiny countdown policy on CPU; loadable with AutoModelForCausalLM. A finished build
@@ -73,27 +85,27 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def sample(model: str = typer.Option(..., help=MODEL_HELP),
-               where: Optional[str] = typer.Option(None, help=WHERE_PROMPTS),
+               where: str | None = typer.Option(None, help=WHERE_PROMPTS),
                n: int = typer.Option(1, "--n", help="responses per prompt"),
                temperature: float = typer.Option(1.0, help="sampling temperature"),
-               temperature_range: Optional[Tuple[float, float]] = typer.Option(
+               temperature_range: tuple[float, float] | None = typer.Option(
                    None, help="LO HI: one temperature per prompt drawn uniformly (by seed) instead of --temperature"),
                top_p: float = typer.Option(1.0, help="nucleus sampling p"),
                max_new_tokens: int = typer.Option(256, help="longest response in tokens"),
                source: str = typer.Option("reference",
                                           help="source recorded on the rows (reference, cot, policy, ...)"),
-               template: Optional[str] = typer.Option(None,
+               template: str | None = typer.Option(None,
                                                       help="text file wrapping the prompt at its {prompt} placeholder"),
                evaluate: bool = typer.Option(False, "--evaluate", help="judge each response right away"),
                seed: int = typer.Option(0, help="sampling seed"),
                batch: int = typer.Option(64, help="responses per generation batch"),
-               device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
-               threads: Optional[int] = THREADS_OPTION,
+               device: str | None = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+               threads: int | None = THREADS_OPTION,
                workers: Workers = None,
                timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
                memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
                sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-               model_id: Optional[str] = MODEL_ID_OPTION,
+               model_id: str | None = MODEL_ID_OPTION,
                executor: Executor = "local",
                ray_address: RayAddress = None,
                format: OutputFormat = FORMAT_OPTION) -> None:
@@ -117,18 +129,18 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def q0(model: str = typer.Option(..., help=MODEL_HELP),
            k: int = typer.Option(800, "--k", help="samples of π0 per prompt"),
-           where: Optional[str] = typer.Option(None, help=WHERE_PROMPTS),
-           beta: Optional[float] = typer.Option(None, help="β for the printed mean Q̂0 (default 1/ln 100000)"),
+           where: str | None = typer.Option(None, help=WHERE_PROMPTS),
+           beta: float | None = typer.Option(None, help="β for the printed mean Q̂0 (default 1/ln 100000)"),
            max_new_tokens: int = typer.Option(256, help="longest response in tokens"),
            seed: int = typer.Option(0, help="sampling seed"),
            batch: int = typer.Option(64, help="responses per generation batch"),
-           device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
-           threads: Optional[int] = THREADS_OPTION,
+           device: str | None = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+           threads: int | None = THREADS_OPTION,
            workers: Workers = None,
            timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
            memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
            sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-           model_id: Optional[str] = MODEL_ID_OPTION,
+           model_id: str | None = MODEL_ID_OPTION,
            executor: Executor = "local",
            ray_address: RayAddress = None,
            format: OutputFormat = FORMAT_OPTION) -> None:
@@ -148,11 +160,11 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def refprobs(model: str = typer.Option(..., help=MODEL_HELP),
-                 where: Optional[str] = typer.Option(None, help=WHERE_TRAJECTORIES),
+                 where: str | None = typer.Option(None, help=WHERE_TRAJECTORIES),
                  batch_size: int = typer.Option(16, help="sequences per scoring batch"),
-                 threads: Optional[int] = THREADS_OPTION,
-                 device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
-                 model_id: Optional[str] = MODEL_ID_OPTION,
+                 threads: int | None = THREADS_OPTION,
+                 device: str | None = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+                 model_id: str | None = MODEL_ID_OPTION,
                  format: OutputFormat = FORMAT_OPTION) -> None:
         """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
         from spo_lake.models.threads import use_threads
@@ -167,17 +179,17 @@ def register(app: typer.Typer) -> None:
     def pts(model: str = typer.Option(..., help=MODEL_HELP),
             k: int = typer.Option(10, "--k", help="rollouts per visited prefix"),
             threshold: float = typer.Option(0.2, help="success-probability change that makes a token pivotal"),
-            where: Optional[str] = typer.Option(None, help=WHERE_TRAJECTORIES),
-            s0_range: Tuple[float, float] = typer.Option((0.2, 0.8), help="LO HI: search only prompts with S0 inside"),
+            where: str | None = typer.Option(None, help=WHERE_TRAJECTORIES),
+            s0_range: tuple[float, float] = typer.Option((0.2, 0.8), help="LO HI: search only prompts with S0 inside"),
             max_new_tokens: int = typer.Option(256, help="longest response (prefix + continuation) in tokens"),
             seed: int = typer.Option(0, help="sampling seed"),
-            device: Optional[str] = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
-            threads: Optional[int] = THREADS_OPTION,
+            device: str | None = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+            threads: int | None = THREADS_OPTION,
             workers: Workers = None,
             timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
             memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
             sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-            model_id: Optional[str] = MODEL_ID_OPTION,
+            model_id: str | None = MODEL_ID_OPTION,
             format: OutputFormat = FORMAT_OPTION) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
         from spo_lake.models.threads import use_threads

@@ -1,13 +1,24 @@
 """Curation verbs: judge, dedup, report."""
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from spo_lake.cli.common import (
-    FORMAT_OPTION, SANDBOX_DEFAULTS, Executor, MemoryMb, OutputFormat, RayAddress, Sandbox, TimeoutS, Workers, console,
-    emit_json, open_lake, sandbox_options, show_report, user_errors,
+    FORMAT_OPTION,
+    SANDBOX_DEFAULTS,
+    Executor,
+    MemoryMb,
+    OutputFormat,
+    RayAddress,
+    Sandbox,
+    TimeoutS,
+    Workers,
+    console,
+    emit_json,
+    open_lake,
+    sandbox_options,
+    show_report,
+    user_errors,
 )
 from spo_lake.cli.lake_cmds import show_table, write_arrow
 
@@ -16,7 +27,7 @@ report_app = typer.Typer(help="Reports over the lake.")
 def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
-    def judge(where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
+    def judge(where: str | None = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
                  workers: Workers = None,
                  timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
                  memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
@@ -36,7 +47,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
-    def dedup(where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
+    def dedup(where: str | None = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
               format: OutputFormat = FORMAT_OPTION) -> None:
         """Group identical programs per prompt (comments/whitespace ignored); raw rows stay."""
         from spo_lake.pipelines.dedup import dedup as run
@@ -45,10 +56,10 @@ def register(app: typer.Typer) -> None:
 
     @report_app.command("passk")
     @user_errors
-    def passk(snapshot: Optional[str] = typer.Option(None),
+    def passk(snapshot: str | None = typer.Option(None),
               group_by: str = typer.Option("source", help="source|model|run_id|prompt|none"),
               k: str = typer.Option("1,10", help="comma-separated k values"),
-              where: Optional[str] = typer.Option(None, help="SQL filter over trajectories t"),
+              where: str | None = typer.Option(None, help="SQL filter over trajectories t"),
               format: str = typer.Option("table", "--format", help="table|csv|json")) -> None:
         """pass@k (unbiased estimator) over evaluated trajectories."""
         from spo_lake.pipelines.report import passk_counts, passk_table
@@ -70,9 +81,8 @@ def pipeline_run(recipe: str = typer.Argument(..., help="recipe TOML (see pipeli
                  set_: list[str] = typer.Option(None, "--set", help="override a [vars] entry: name=value"),
                  format: OutputFormat = FORMAT_OPTION) -> None:
     """Run a recipe's steps in order; each is incremental, so a re-run continues where a crash stopped."""
-    from spo_lake.pipelines.recipe import load_recipe, run_recipe
-
     from spo_lake.cli.common import parse_map
+    from spo_lake.pipelines.recipe import load_recipe, run_recipe
 
     loaded = load_recipe(recipe, parse_map(set_))
     done = run_recipe(loaded, open_lake(create=True), log=console.print)

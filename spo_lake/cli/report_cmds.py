@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import pyarrow as pa
 import typer
@@ -26,12 +25,12 @@ def _show(table: pa.Table, title: str, format: str) -> None:
 def register(app: typer.Typer) -> None:
     @report_app.command("solves")
     @user_errors
-    def solves(snapshots: Optional[str] = typer.Option(None, help="comma-separated snapshots, in order (default: "
+    def solves(snapshots: str | None = typer.Option(None, help="comma-separated snapshots, in order (default: "
                                                        "the head); e.g. a chain's c-run-1,c-run-2,..."),
-               where: Optional[str] = WHERE,
+               where: str | None = WHERE,
                group_by: str = typer.Option("all", help="all|source|run_id"),
                per_prompt: bool = typer.Option(False, help="one row per prompt (at the last snapshot) instead"),
-               png: Optional[Path] = PNG, format: str = FORMAT) -> None:
+               png: Path | None = PNG, format: str = FORMAT) -> None:
         """Solve rate and distinct correct programs (dedup-normalised) per prompt, over snapshots."""
         from spo_lake.pipelines.views import plot_solves, prompt_solves, solves_over_snapshots
 
@@ -48,10 +47,11 @@ def register(app: typer.Typer) -> None:
 
     @report_app.command("coverage")
     @user_errors
-    def coverage(snapshot: Optional[str] = SNAPSHOT, where: Optional[str] = WHERE, png: Optional[Path] = PNG,
+    def coverage(snapshot: str | None = SNAPSHOT, where: str | None = WHERE, png: Path | None = PNG,
                  format: str = FORMAT) -> None:
         """Prompts with ≥1 correct solution per source and run, and how many each solved first."""
-        from spo_lake.pipelines.views import coverage as view, plot_coverage
+        from spo_lake.pipelines.views import coverage as view
+        from spo_lake.pipelines.views import plot_coverage
 
         table = view(open_lake(), snapshot, where)
         _show(table, "coverage per source and run", format)
@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
 
     @report_app.command("first-solved")
     @user_errors
-    def first_solved(snapshot: Optional[str] = SNAPSHOT, where: Optional[str] = WHERE, format: str = FORMAT) -> None:
+    def first_solved(snapshot: str | None = SNAPSHOT, where: str | None = WHERE, format: str = FORMAT) -> None:
         """Per solved prompt: the source, run and trajectory that solved it first."""
         from spo_lake.pipelines.views import first_solved as view
 
@@ -69,8 +69,8 @@ def register(app: typer.Typer) -> None:
 
     @report_app.command("hardest")
     @user_errors
-    def hardest(snapshot: Optional[str] = SNAPSHOT, where: Optional[str] = WHERE,
-                pi0: Optional[str] = typer.Option(None, help="π0's model directory or hub name (default: any "
+    def hardest(snapshot: str | None = SNAPSHOT, where: str | None = WHERE,
+                pi0: str | None = typer.Option(None, help="π0's model directory or hub name (default: any "
                                                   "model's prompt-level Q0 counts)"),
                 limit: int = typer.Option(20, min=1, help="rows"), format: str = FORMAT) -> None:
         """Prompts some source solved, lowest Q0 (π0's Monte-Carlo success rate) first."""

@@ -3,15 +3,21 @@ from __future__ import annotations
 
 import json
 from contextlib import nullcontext
-from typing import Optional
 
 import typer
 
-from spo_lake.errors import InputError
 from spo_lake.cli.common import (
-    FORMAT_OPTION, SANDBOX_HELP, THREADS_OPTION, OutputFormat, console, emit_json, open_lake, sandbox_options,
+    FORMAT_OPTION,
+    SANDBOX_HELP,
+    THREADS_OPTION,
+    OutputFormat,
+    console,
+    emit_json,
+    open_lake,
+    sandbox_options,
     user_errors,
 )
+from spo_lake.errors import InputError
 
 
 def quiet_transformers() -> None:
@@ -29,21 +35,21 @@ def flag_overrides(**flags) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
-    def train(config: Optional[str] = typer.Option(None, "--config", "-c", help="run config (TOML)"),
+    def train(config: str | None = typer.Option(None, "--config", "-c", help="run config (TOML)"),
               set_: list[str] = typer.Option(None, "--set", help="override a key: key=value or "
                                              "streams.<name>.<key>=value (TOML values; repeatable)"),
-              model: Optional[str] = typer.Option(None, help="policy to train (key `model`)"),
-              algorithm: Optional[str] = typer.Option(None, help="spo or ppo"),
-              steps: Optional[int] = typer.Option(None, help="optimizer steps"),
-              seed: Optional[int] = typer.Option(None, help="seed of data order, rollouts and initialisation"),
-              snapshot: Optional[str] = typer.Option(None, help="lake snapshot to read (default: pin a new one)"),
-              run_dir: Optional[str] = typer.Option(None, help="parent directory of run directories"),
-              run_name: Optional[str] = typer.Option(None, help="run id (default: a fresh one)"),
-              device: Optional[str] = typer.Option(None, help="auto, cpu, cuda, cuda:1, ..."),
-              threads: Optional[int] = typer.Option(None, "--threads", min=1, help="torch threads (key `threads`; "
+              model: str | None = typer.Option(None, help="policy to train (key `model`)"),
+              algorithm: str | None = typer.Option(None, help="spo or ppo"),
+              steps: int | None = typer.Option(None, help="optimizer steps"),
+              seed: int | None = typer.Option(None, help="seed of data order, rollouts and initialisation"),
+              snapshot: str | None = typer.Option(None, help="lake snapshot to read (default: pin a new one)"),
+              run_dir: str | None = typer.Option(None, help="parent directory of run directories"),
+              run_name: str | None = typer.Option(None, help="run id (default: a fresh one)"),
+              device: str | None = typer.Option(None, help="auto, cpu, cuda, cuda:1, ..."),
+              threads: int | None = typer.Option(None, "--threads", min=1, help="torch threads (key `threads`; "
                                                     "default: the cores this process may use, halved when online "
                                                     "rollouts share them)"),
-              resume: Optional[str] = typer.Option(None, help="continue the run in this directory exactly"),
+              resume: str | None = typer.Option(None, help="continue the run in this directory exactly"),
               quiet: bool = typer.Option(False, help="no live progress display")) -> None:
         """Train with SPO (or PPO) from a pinned lake snapshot mixed with online rollouts, writing them back.
         Under `torchrun --nproc_per_node N` each of the N processes trains on its share of every batch."""
@@ -78,22 +84,22 @@ def register(app: typer.Typer) -> None:
     @app.command("eval")
     @user_errors
     def eval_(model: str = typer.Option(..., help="model directory or hub name (a checkpoint works)"),
-              where: Optional[str] = typer.Option(None, help="SQL filter over prompts p"),
-              snapshot: Optional[str] = typer.Option(None, help="read prompts at this snapshot"),
+              where: str | None = typer.Option(None, help="SQL filter over prompts p"),
+              snapshot: str | None = typer.Option(None, help="read prompts at this snapshot"),
               n: int = typer.Option(20, "--n", help="samples per prompt"),
               temperature: float = typer.Option(0.4, help="sampling temperature"),
               top_p: float = typer.Option(0.95, help="nucleus sampling p"),
               k: str = typer.Option("1,10", "--k", help="comma-separated k values"),
               max_new_tokens: int = typer.Option(512, help="response length limit"),
-              max_prompts: Optional[int] = typer.Option(None, help="evaluate at most this many prompts"),
+              max_prompts: int | None = typer.Option(None, help="evaluate at most this many prompts"),
               seed: int = typer.Option(0, help="sampling seed"),
               device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
               save: bool = typer.Option(True, help="write the samples and verdicts back (source policy)"),
-              workers: Optional[int] = typer.Option(None, help="parallel sandboxes (default: cores)"),
+              workers: int | None = typer.Option(None, help="parallel sandboxes (default: cores)"),
               timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
               memory_mb: int = typer.Option(512, help="address-space limit"),
               sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
-              threads: Optional[int] = THREADS_OPTION,
+              threads: int | None = THREADS_OPTION,
               format: OutputFormat = FORMAT_OPTION) -> None:
         """pass@k of a model with the unbiased estimator (paper: n=20, temperature 0.4, top-p 0.95, k=1,10)."""
         from spo_lake.models.backend import TransformersPolicy

@@ -16,20 +16,30 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from spo_lake.chain import ChainSpec, run_chain
 from spo_lake.demo.run import (
-    FULL, FULL_SEEDS, QUICK, RECIPE, DemoScale, methods, recipe_vars, run_config, train_method, train_where,
+    FULL,
+    FULL_SEEDS,
+    QUICK,
+    RECIPE,
+    DemoScale,
+    methods,
+    recipe_vars,
+    run_config,
+    train_method,
+    train_where,
 )
 from spo_lake.demo.stats import mean_std, paired_prompt_difference, paired_seed_difference, per_prompt_pass
-from spo_lake.lake import Lake, table_names
+from spo_lake.lake import Lake
 from spo_lake.pipelines.dedup import dedup
 from spo_lake.pipelines.evaluate import evaluate
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
 from spo_lake.pipelines.views import first_solved, prompt_solves
-from spo_lake.chain import ChainSpec, run_chain
 from spo_lake.rl.config import config_from_dict
 from spo_lake.rl.run import checkpoint_dirs
 

@@ -18,9 +18,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from spo_lake.lake import Lake
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
@@ -54,8 +55,8 @@ QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=600, cot_steps=
                   cot_samples=1, q0_samples=4, pts_rollouts=4, pts_trajectories=6, train_steps=30, online_per_step=16,
                   lr=1e-4, eval_every=30, eval_max_prompts=30)
 FULL = DemoScale(train_prompts=1000, eval_prompts=100, tiny_steps=1500, cot_steps=500, reference_samples=2,
-                 cot_samples=1, q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=90, online_per_step=16, lr=1e-4,
-                 eval_every=45, eval_max_prompts=60)
+                 cot_samples=1, q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=90,
+                 online_per_step=16, lr=1e-4, eval_every=45, eval_max_prompts=60)
 FULL_SEEDS = (0, 1, 2)
 
 # Lake streams select from the snapshot: correct, one row per distinct program (dedup), any source but the runs'.

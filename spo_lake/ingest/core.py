@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -23,7 +24,13 @@ import pyarrow.compute as pc
 from spo_lake.errors import InputError
 from spo_lake.ingest.ids import SeenIds, adopt_unattributed, response_digests, trajectory_ids
 from spo_lake.ingest.readers import (
-    IngestError, Located, is_parquet, read_hf, read_parquet, read_parquet_batches, read_records,
+    IngestError,
+    Located,
+    is_parquet,
+    read_hf,
+    read_parquet,
+    read_parquet_batches,
+    read_records,
 )
 from spo_lake.ingest.records import Batch, rename
 from spo_lake.ingest.rules import validate_prompts, validate_trajectories

@@ -13,8 +13,8 @@ import hashlib
 from collections import Counter
 
 import duckdb
-import polars as pl
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 

@@ -10,8 +10,9 @@ Nothing is coerced: 1.0 is not an integer, "0.5" is not a number, and unknown fi
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc

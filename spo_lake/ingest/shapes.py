@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import pyarrow as pa
 
@@ -72,7 +73,7 @@ class RewardMap:
     text: str
 
     @classmethod
-    def parse(cls, text: str) -> "RewardMap":
+    def parse(cls, text: str) -> RewardMap:
         """From "input=lake,..." pairs or a convention name (binary: 1=0,0=-1; signed: 1=0,-1=-1)."""
         text = REWARD_CONVENTIONS.get(text, text)
         values: dict[float, float] = {}

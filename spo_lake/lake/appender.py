@@ -48,7 +48,7 @@ class BufferedAppender:
         self._rows = {}
         self._last = time.monotonic()
 
-    def __enter__(self) -> "BufferedAppender":
+    def __enter__(self) -> BufferedAppender:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -82,7 +82,7 @@ class Contract:
             if col.name in data.column_names:
                 arr = data.column(col.name)
             elif col.name == "created_at":
-                arr = pa.repeat(pa.scalar(datetime.now(timezone.utc), pa.timestamp("us", tz="UTC")), n)
+                arr = pa.repeat(pa.scalar(datetime.now(UTC), pa.timestamp("us", tz="UTC")), n)
             elif col.name == "schema_version":
                 arr = pa.repeat(pa.scalar(self.version, pa.int32()), n)
             elif col.nullable:

@@ -10,11 +10,12 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 from urllib.parse import unquote
 
 import duckdb
@@ -135,13 +136,13 @@ class Lake:
 
     # ---- opening -------------------------------------------------------------------------------------------
     @classmethod
-    def locate(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> "Lake":
+    def locate(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> Lake:
         """The lake at `path`, checking and creating nothing (what `spolake doctor` examines)."""
         root = str(path)
         return cls(root if _is_uri(root) else _local_root(root), storage_options)
 
     @classmethod
-    def init(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> "Lake":
+    def init(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None) -> Lake:
         """Create the lake (idempotent): every table of `schemas/` plus the snapshot registry. Never over existing
         data: a table whose log is lost, or a registry missing next to other tables, is a LakeError."""
         lake = cls.locate(path, storage_options)
@@ -153,7 +154,7 @@ class Lake:
 
     @classmethod
     def open(cls, path: str | os.PathLike, storage_options: dict[str, str] | None = None,
-             create: bool = False) -> "Lake":
+             create: bool = False) -> Lake:
         """Open the lake at `path` (a directory or object-store URI); `create` makes it if missing, else a missing
         lake is a LakeError. `storage_options` go to deltalake (credentials, endpoint, ...)."""
         lake = cls.locate(path, storage_options)

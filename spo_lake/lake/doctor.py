@@ -9,9 +9,10 @@ from the log entries it summarises. Damaged log files are moved to `_quarantine/
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -223,7 +224,7 @@ def _checkpoint_pointer(lake: Lake, store: Store, table: str) -> list[Problem]:
 
 
 def _quarantine(store: Store, paths: list[str]) -> None:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     for p in paths:
         store.move(p, f"{QUARANTINE}/{stamp}/{p}")
 

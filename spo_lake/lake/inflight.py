@@ -24,7 +24,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import IO
 
 from spo_lake.lake.store import Store, data_files
@@ -53,7 +53,7 @@ class Lease:
     def prefix(self) -> str:
         return f"part-{self.id}"
 
-    def take(self) -> "Lease":
+    def take(self) -> Lease:
         if self.local_root is None:
             self.store.write(self.path, b"staging\n")
             return self
@@ -133,7 +133,7 @@ def protected_hours(since: datetime | None, object_store: bool) -> int:
     """The orphan age (whole hours, as delta-rs takes it) that keeps every file written since `since`."""
     if since is None:
         return 1 if object_store else 0
-    age_h = (datetime.now(timezone.utc) - since).total_seconds() / 3600
+    age_h = (datetime.now(UTC) - since).total_seconds() / 3600
     return math.ceil(age_h) + 1
 
 

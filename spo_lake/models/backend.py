@@ -12,8 +12,9 @@ after temperature and top-p) and scores given responses by teacher forcing. Conv
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import Protocol
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
@@ -130,7 +131,7 @@ class TransformersPolicy:
     def from_pretrained(
         cls, path_or_name: str, device: str = "cpu", dtype: str | torch.dtype = "float32", batch_size: int = 64,
         model_id: str | None = None,
-    ) -> "TransformersPolicy":
+    ) -> TransformersPolicy:
         """Load a local directory or a hub name with AutoModelForCausalLM / AutoTokenizer; its model_id is
         `model_identity(path_or_name)` unless given (see spo_lake.models.identity)."""
         target = resolve_model(path_or_name)

@@ -17,7 +17,8 @@ Notes on the mapping:
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from spo_lake.models.backend import SampleResult, encode_prompt, tokenize_response
 
@@ -53,7 +54,7 @@ class VLLMPolicy:
     def from_pretrained(
         cls, path_or_name: str, dtype: str = "auto", gpu_memory_utilization: float = 0.85, seed: int = 0,
         model_id: str | None = None, cpu_kv_cache_gib: float = 1.0, enforce_eager: bool = False,
-    ) -> "VLLMPolicy":
+    ) -> VLLMPolicy:
         """`gpu_memory_utilization` on a GPU; on CPU a KV cache of `cpu_kv_cache_gib` (vLLM would otherwise reserve
         that fraction of the machine's memory). `enforce_eager` skips torch.compile: a faster start, slower steps."""
         device = vllm_device()

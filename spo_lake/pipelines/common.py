@@ -1,7 +1,8 @@
 """What the pipelines share: selecting trajectories with their prompts, and the quota of sampling claims."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 TRAJECTORY_WITH_PROMPT = """
 SELECT t.*, p.task, p.prompt, p.tests, p.time_limit_s, p.memory_limit_mb, p.metadata AS prompt_metadata

@@ -15,10 +15,10 @@ and in which order calls finish, changes only the order rows are committed in. A
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 from spo_lake.errors import InputError
 from spo_lake.models.backend import PolicyBackend, SampleResult
@@ -53,7 +53,7 @@ class PolicySpec:
     batch_size: int | None
 
     @classmethod
-    def of(cls, model: PolicyBackend) -> "PolicySpec":
+    def of(cls, model: PolicyBackend) -> PolicySpec:
         backend, dtype = model.precision
         source = getattr(model, "source", None) or model.model_id
         local = Path(source)  # a worker need not share this process's working directory

@@ -15,15 +15,16 @@ Two copies started at once search each trajectory once: whichever commits its ro
 from __future__ import annotations
 
 import time
-from functools import partial
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
 
 import torch
 
-from spo_lake.errors import InputError
 from spo_lake.console import progress_bar
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Work
 from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id, trajectory_row, values_row
 from spo_lake.lake.sql import where_clause
@@ -237,7 +238,7 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
     report = PtsReport()
     # Claimed before selecting, on the rollouts: a copy of this run that commits rollouts of a trajectory first makes
     # ours drop its search of that trajectory.
-    since = datetime.now(timezone.utc)
+    since = datetime.now(UTC)
     work = lake.claim(f"pts/{model.model_id}", "trajectories", _unsearched(lake, model.model_id, since))
     todo = candidates(lake, model.model_id, where, s0_range, report)
     tok_id = tokenizer_id(model)

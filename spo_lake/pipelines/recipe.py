@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from spo_lake.errors import InputError
 from spo_lake.lake import Lake

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from spo_lake.errors import InputError
 from spo_lake.console import progress_bar
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import recorded_run

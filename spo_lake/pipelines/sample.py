@@ -11,11 +11,12 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from spo_lake.errors import InputError
 from spo_lake.console import progress_bar
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -110,10 +111,10 @@ class Batch:
     stream: torch.Tensor
     policy_version: torch.Tensor
 
-    def to(self, device: torch.device | str) -> "Batch":
+    def to(self, device: torch.device | str) -> Batch:
         return Batch(**{name: value.to(device) for name, value in vars(self).items()})
 
-    def rows(self, index: torch.Tensor) -> "Batch":
+    def rows(self, index: torch.Tensor) -> Batch:
         """The sub-batch of the given rows (same padding)."""
         return Batch(**{name: value[index] for name, value in vars(self).items()})
 

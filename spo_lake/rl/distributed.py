@@ -8,9 +8,10 @@ checkpoints, metrics and evaluations. One process (no torchrun) is the world of 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist

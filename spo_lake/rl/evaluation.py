@@ -5,8 +5,9 @@ Used by `spolake eval` and periodically inside training (paper §5: n = 20, temp
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import duckdb
 

@@ -29,7 +29,7 @@ class ValueModel(torch.nn.Module):
         torch.nn.init.zeros_(self.head.bias)
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype: torch.dtype, device: torch.device | str) -> "ValueModel":
+    def from_pretrained(cls, path: str, dtype: torch.dtype, device: torch.device | str) -> ValueModel:
         backbone = AutoModel.from_pretrained(path, dtype=dtype)
         return cls(backbone, backbone.config.hidden_size).to(device=device, dtype=dtype)
 

@@ -10,8 +10,9 @@ local thread: the schedule decides it (spo_lake.rl.rollout.behaviour_version).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 

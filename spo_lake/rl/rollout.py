@@ -14,8 +14,9 @@ import copy
 import queue
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -235,12 +236,13 @@ class OnlineSource:
     """Hands the trainer each step's rollouts (in step order) and writes them back to the lake as they are used."""
 
     def __init__(self, worker: RolloutWorker, appender: BufferedAppender | None, already_written: set[str],
-                 on_rollouts: Callable[[Rollouts], None] | None = None, world: World = World(),
+                 on_rollouts: Callable[[Rollouts], None] | None = None, world: World | None = None,
                  write_back: bool | None = None):
         self.worker, self.appender, self.already_written = worker, appender, already_written
         self.on_rollouts = on_rollouts
         # Under torchrun only rank 0 has an appender; every rank sends it its rollouts' rows.
-        self.world, self.write_back = world, appender is not None if write_back is None else write_back
+        self.world = world or World()
+        self.write_back = appender is not None if write_back is None else write_back
 
     def take(self, step: int, n: int) -> list[Example]:
         while True:

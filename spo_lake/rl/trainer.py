@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from spo_lake.errors import InputError
 from spo_lake.console import progress_bar
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import new_run_id, runs_row
@@ -39,7 +39,13 @@ from spo_lake.rl.losses import spo_loss
 from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
 from spo_lake.rl.ray_rollout import RayPolicy
 from spo_lake.rl.rollout import (
-    OnlineSource, PolicyVersions, RolloutSchedule, RolloutSettings, RolloutWorker, Rollouts, written_trajectory_ids,
+    OnlineSource,
+    PolicyVersions,
+    Rollouts,
+    RolloutSchedule,
+    RolloutSettings,
+    RolloutWorker,
+    written_trajectory_ids,
 )
 from spo_lake.rl.scoring import reference_log_probs, response_log_probs
 from spo_lake.tasks import SandboxOptions
@@ -70,7 +76,7 @@ class Stats:
     def means(self) -> dict[str, float]:
         return {k: self.sums[k] / self.counts[k] for k in self.sums if self.counts[k]}
 
-    def merge(self, other: "Stats") -> None:
+    def merge(self, other: Stats) -> None:
         for key in other.sums:
             self.add(key, other.sums[key], other.counts[key])
 
@@ -144,7 +150,7 @@ class Trainer:
 
     @classmethod
     def resume(cls, run_dir: str | Path, lake: Lake, overrides: list[str] | None = None,
-               show_progress: bool = True) -> "Trainer":
+               show_progress: bool = True) -> Trainer:
         """Continue a run from its newest checkpoint with its recorded config (plus `overrides`, e.g. more steps):
         same snapshot, data order, rollout schedule and RNG states."""
         run_dir = Path(run_dir)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import TypeVar
 
 from spo_lake.sandbox.runner import Job, Limits, RunResult, Sandbox
 
@@ -53,7 +54,7 @@ class SandboxPool:
     def close(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    def __enter__(self) -> "SandboxPool":
+    def __enter__(self) -> SandboxPool:
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -39,7 +39,13 @@ from typing import Any
 from spo_lake.errors import InputError
 from spo_lake.sandbox import wire
 from spo_lake.sandbox.bwrap import (
-    INSTALL_HINT, SANDBOX_ENV, SANDBOX_TMP, SandboxUnavailable, bwrap_command, python_command, require_bwrap,
+    INSTALL_HINT,
+    SANDBOX_ENV,
+    SANDBOX_TMP,
+    SandboxUnavailable,
+    bwrap_command,
+    python_command,
+    require_bwrap,
     running_as_root,
 )
 from spo_lake.sandbox.cgroups import Cgroup, new_cgroup
@@ -152,7 +158,7 @@ class Sandbox:
         return self._finish(sample, timed_out)
 
     def session(self, source: str, fn_name: str, limits: Limits = Limits(),
-                budget_s: float | None = None) -> "Session":
+                budget_s: float | None = None) -> Session:
         """Start `source` and make `fn_name` callable through the returned `Session` (use it as a context manager).
         Each call gets `limits.timeout_s`, all of them together `budget_s` (default: no more than one call's)."""
         return Session(self, source, fn_name, limits, budget_s or limits.timeout_s)
@@ -164,7 +170,7 @@ class Sandbox:
         self._proc, self._fds, self._cgroup, self._group_limits, self._oom_kills = None, {}, None, None, 0
         self._stopping = None
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -172,7 +178,7 @@ class Sandbox:
 
     # ------------------------------------------------------------------------------------------ one sample
 
-    def _spawn(self, request: dict[str, Any], limits: Limits, cpu_s: float) -> "_Sample | RunResult":
+    def _spawn(self, request: dict[str, Any], limits: Limits, cpu_s: float) -> _Sample | RunResult:
         """Fork a sample in the zygote and queue its request; or the RunResult of why that failed."""
         started = time.monotonic()
         self._settle()
@@ -473,7 +479,7 @@ class Session:
             self.result = self.sandbox._finish(self.sample, timed_out=False)
         return self.result
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *_: object) -> None:

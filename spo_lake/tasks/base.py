@@ -25,7 +25,7 @@ class Problem:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "Problem":
+    def from_row(cls, row: dict[str, Any]) -> Problem:
         def parse(v: Any) -> dict[str, Any]:
             if v is None or v == "":
                 return {}

@@ -21,9 +21,10 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 from spo_lake.errors import InputError
 from spo_lake.tasks.base import Problem, SandboxOptions, Verdict

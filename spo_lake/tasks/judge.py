@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from spo_lake.lake.rows import evaluation_row
 from spo_lake.sandbox import SandboxUnavailable

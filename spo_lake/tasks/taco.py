@@ -16,7 +16,12 @@ from typing import Any
 
 from spo_lake.tasks.base import Problem, SandboxOptions, Verdict
 from spo_lake.tasks.codecontests import (
-    STDIO_INSTRUCTION, Row, contest_prompt, contest_verifier_name, read_rows, verify_contest,
+    STDIO_INSTRUCTION,
+    Row,
+    contest_prompt,
+    contest_verifier_name,
+    read_rows,
+    verify_contest,
 )
 
 HUB_NAME = "BAAI/TACO"

@@ -21,8 +21,9 @@ import re
 import time
 import warnings
 from collections import deque
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from spo_lake.sandbox import CallFailed, Job, Limits, Session, thread_sandbox, wire
 from spo_lake.tasks.base import Verdict

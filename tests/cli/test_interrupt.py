@@ -17,8 +17,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -51,7 +51,7 @@ class Verb:
     def stderr(self) -> str:
         return ANSI.sub("", b"".join(self.chunks).decode(errors="replace")).replace("\r", "\n")
 
-    def wait_until(self, ready: Callable[["Verb"], bool], timeout: float = 120) -> None:
+    def wait_until(self, ready: Callable[[Verb], bool], timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         while not ready(self):
             assert self.proc.poll() is None, f"exited {self.proc.returncode} before its work started:\n{self.stderr}"

@@ -6,7 +6,14 @@ import pyarrow as pa
 import pytest
 
 from spo_lake.ingest import (
-    PROMPT_FIELDS, TRAJECTORY_FIELDS, IngestError, add_prompts, from_arrow, from_records, ingest_trajectories, located,
+    PROMPT_FIELDS,
+    TRAJECTORY_FIELDS,
+    IngestError,
+    add_prompts,
+    from_arrow,
+    from_records,
+    ingest_trajectories,
+    located,
 )
 from spo_lake.lake import Lake
 from spo_lake.tasks.normalize import response_hash

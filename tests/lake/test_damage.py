@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from spo_lake.lake import Lake, LakeError
-from spo_lake.lake.doctor import diagnose
 from spo_lake.lake.contracts import table_names
+from spo_lake.lake.doctor import diagnose
 from tests.lake.rows import trajectory_rows
 
 REPO = Path(__file__).parents[2]

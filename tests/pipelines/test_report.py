@@ -2,7 +2,6 @@ from math import comb
 
 from spo_lake.pipelines.evaluate import evaluate
 from spo_lake.pipelines.report import passk_counts, passk_table
-
 from tests.helpers import add_responses
 
 

@@ -9,7 +9,13 @@ from spo_lake.lake import Lake
 from spo_lake.pipelines.dedup import dedup
 from spo_lake.pipelines.evaluate import evaluate
 from spo_lake.pipelines.views import (
-    coverage, first_solved, hardest_solved, plot_coverage, plot_solves, prompt_solves, solves_over_snapshots,
+    coverage,
+    first_solved,
+    hardest_solved,
+    plot_coverage,
+    plot_solves,
+    prompt_solves,
+    solves_over_snapshots,
 )
 
 NOT_HUMAN = "t.source <> 'human'"

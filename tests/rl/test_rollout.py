@@ -10,7 +10,12 @@ from spo_lake.lake.appender import BufferedAppender
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.rl.data import online_prompts
 from spo_lake.rl.rollout import (
-    OnlineSource, PolicyVersions, RolloutSchedule, RolloutSettings, RolloutWorker, behaviour_version,
+    OnlineSource,
+    PolicyVersions,
+    RolloutSchedule,
+    RolloutSettings,
+    RolloutWorker,
+    behaviour_version,
     written_trajectory_ids,
 )
 from spo_lake.tasks import SandboxOptions

@@ -24,7 +24,7 @@ from .conftest import descendants, host_processes_with, requires_bwrap
 pytestmark = requires_bwrap
 
 
-def run(source: str, **limits) -> "object":
+def run(source: str, **limits) -> object:
     return run_python(textwrap.dedent(source), **limits)
 
 
@@ -260,7 +260,7 @@ def naive_humaneval(program: str, test: str = TEST, entry_point: str = "add") ->
     return result.verdict == "ok" and "ALL TESTS PASSED" in result.stdout
 
 
-def judged(program: str, test: str = TEST, entry_point: str = "add", prompt: str = PROMPT) -> "object":
+def judged(program: str, test: str = TEST, entry_point: str = "add", prompt: str = PROMPT) -> object:
     return verify_humaneval(program, test, entry_point, prompt=prompt, timeout_s=5)
 
 

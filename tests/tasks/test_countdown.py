@@ -13,7 +13,13 @@ import pytest
 from spo_lake.tasks import get_task
 from spo_lake.tasks.base import Problem, SandboxOptions
 from spo_lake.tasks.countdown import (
-    TARGET_RANGE, check_structure, extract_answer, load, make_problems, reachable, solve,
+    TARGET_RANGE,
+    check_structure,
+    extract_answer,
+    load,
+    make_problems,
+    reachable,
+    solve,
 )
 
 requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")

@@ -8,7 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spo_lake.tasks.normalize import (
-    UNTOKENIZABLE, code_hash, normalize_python, normalize_text, response_hash,
+    UNTOKENIZABLE,
+    code_hash,
+    normalize_python,
+    normalize_text,
+    response_hash,
 )
 
 NAMES = st.from_regex(r"[a-z][a-z0-9_]{0,5}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
