@@ -5,7 +5,12 @@ Every variant runs the trainer's own update (`Trainer.update`) on one fixed batc
 the same forward pass with the token cross-entropy), in its own subprocess so that memory is measured cleanly:
 peak = high-water resident memory during the measured steps minus the resident memory before any model was built
 (on a GPU: torch.cuda.max_memory_allocated), the largest over rounds. Throughput = non-padding tokens per second
-of the fastest measured step over rounds (rounds interleave the variants, so a loaded machine hits all alike).
+of the fastest measured step over rounds (rounds interleave the variants, so a loaded machine hits all alike), in
+wall time and in the process's CPU time (at --threads 1 the CPU time is the step's work, whatever else runs on the
+machine: the steadier figure on a shared box).
+
+The cached variant asserts that every row carries π0's cached log-probs and that the trainer never loaded a live
+π0; the live variants assert that it did.
 
 Targets: SPO with cache >= 0.9x SFT tokens/s (issue 5), >= 1.0x (issue 15); PPO peak memory >= 1.3x SPO's.
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,10 +78,12 @@ def build(root: Path, args: argparse.Namespace) -> None:
     records = [{"prompt_id": pid, "response": text, "reward": 0.0} for pid, text in responses.items()]
     ingest_trajectories(lake, from_records(located(records, "bench"), TRAJECTORY_FIELDS, "trajectories"),
                         source="human", defaults={"model": "solver"})
-    model_id = str(root / "model")
-    lake.append("values", [{"prompt_id": p["prompt_id"], "trajectory_id": None, "position": None, "model_id": model_id,
+    # Q0 counts under the model's canonical id, the one refprobs records the cached log-probs under and the trainer
+    # looks both up by (config.pi0_id): under another id the stream would find no cache and π0 would run live.
+    pi0 = TransformersPolicy.from_pretrained(str(root / "model"))
+    lake.append("values", [{"prompt_id": p["prompt_id"], "trajectory_id": None, "position": None, "model_id": pi0.model_id,
                             "temperature": 1.0, "top_p": 1.0, "n": 8, "n_success": 2} for p in prompts])
-    refprobs(lake, TransformersPolicy.from_pretrained(model_id), show_progress=False)
+    refprobs(lake, pi0, show_progress=False)
     lake.snapshot("bench")
 
 
@@ -108,25 +116,29 @@ def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
 
     args.threads = use_threads(args.threads)
     model_id = str(root / "model")
+    device = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
+    lines = [f'model="{model_id}"', 'snapshot="bench"', f'run_dir="{root / "runs"}"', f"batch_size={args.batch}",
+             f"threads={args.threads}", 'loss="squared"', "lr=1e-5", "warmup_steps=0", f'device="{device}"', "write_back=false"]
+    lines += ['algorithm="ppo"', 'streams.online.kind="online"', "streams.online.fraction=1.0"] if variant == "ppo" \
+        else ['streams.lake.kind="lake"', "streams.lake.fraction=1.0"]
+    config = load_config(None, lines)
     lake = Lake.open(root / "lake")
     tokenizer_only = TransformersPolicy.from_pretrained(model_id)  # tokenises the stream's rows
     stream = LakeStream(lake, "bench", StreamConfig("lake", "lake", 1.0), 0,
-                        StreamSettings(model_id, 0.1, 0, max_response_tokens=4096), tokenizer_only)
+                        StreamSettings(config.pi0_id, 0.1, 0, max_response_tokens=4096), tokenizer_only)
     examples = stream.take(args.batch)
+    # The stream finds π0's cached log-probs by the id the trainer uses: every row has them, none was recomputed.
+    assert stream.ref_recomputed == 0 and all(e.ref_logprobs is not None for e in examples), \
+        f"{variant}: rows without cached π0 log-probs under {config.pi0_id}"
     if variant in ("spo_live", "ppo"):  # no cache: π0 runs live (online rollouts never have cached log-probs)
         sampled = ("behavior_logprobs", "policy_logprobs") if variant == "ppo" else ()  # PPO's π_old: here π0's
         examples = [type(e)(**{**vars(e), "ref_logprobs": None, "behavior_logprobs": None,
                                **{k: e.ref_logprobs for k in sampled}}) for e in examples]
     stream.close()
     del tokenizer_only
-    device = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
-    lines = [f'model="{model_id}"', 'snapshot="bench"', f'run_dir="{root / "runs"}"', f"batch_size={args.batch}",
-             f"threads={args.threads}", 'loss="squared"', "lr=1e-5", "warmup_steps=0", f'device="{device}"', "write_back=false"]
-    lines += ['algorithm="ppo"', 'streams.online.kind="online"', "streams.online.fraction=1.0"] if variant == "ppo" \
-        else ['streams.lake.kind="lake"', "streams.lake.fraction=1.0"]
 
     baseline = torch.cuda.memory_allocated() / 2**20 if device == "cuda" else resident_mb()
-    trainer = Trainer(load_config(None, lines), lake, show_progress=False)
+    trainer = Trainer(config, lake, show_progress=False)
     update = (lambda: sft_update(trainer, examples)) if variant == "sft" else (lambda: trainer.update(examples))
     for _ in range(args.warmup):
         update()
@@ -135,17 +147,21 @@ def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
         torch.cuda.reset_peak_memory_stats()
     else:
         Path("/proc/self/clear_refs").write_text("5")  # restart the high-water mark at the current RSS
-    seconds, tokens = [], 0
+    seconds, cpu_seconds, tokens = [], [], 0
     for _ in range(args.steps):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         tokens = update()["tokens"]
         if device == "cuda":
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - started)
+        cpu_seconds.append(time.process_time() - cpu_started)
     peak = torch.cuda.max_memory_allocated() / 2**20 - baseline if device == "cuda" else resident_mb("VmHWM") - baseline
     trainer.close()
+    # The trainer loads π0 on first use: the cached variant must never have needed it, the live one must have.
+    live_reference = trainer._reference is not None
+    assert live_reference == (variant in ("spo_live", "ppo")), f"{variant}: live π0 loaded = {live_reference}"
     return {"variant": variant, "device": device, "threads": args.threads, "step_seconds": seconds,
-            "tokens_per_step": tokens,
+            "step_cpu_seconds": cpu_seconds, "tokens_per_step": tokens,
             "peak_mb": peak, "parameters": sum(p.numel() for p in trainer.model.parameters())}
 
 
@@ -171,32 +187,38 @@ def main() -> None:
         return
 
     root = Path(tempfile.mkdtemp(prefix="train-bench-"))
-    build(root, args)
-    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
-    for _ in range(args.rounds):  # rounds alternate the variants, so machine load hits all of them alike
-        for variant in VARIANTS:
-            child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--variant", variant, "--root", str(root)],
-                                   capture_output=True, text=True)
-            if child.returncode != 0:
-                sys.exit(f"{variant} failed:\n{child.stderr[-3000:]}")
-            runs[variant].append(json.loads(child.stdout.strip().splitlines()[-1]))
+    try:
+        build(root, args)
+        runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+        for _ in range(args.rounds):  # rounds alternate the variants, so machine load hits all of them alike
+            for variant in VARIANTS:
+                child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--variant", variant,
+                                        "--root", str(root)], capture_output=True, text=True)
+                if child.returncode != 0:
+                    sys.exit(f"{variant} failed:\n{child.stderr[-3000:]}")
+                runs[variant].append(json.loads(child.stdout.strip().splitlines()[-1]))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     results = {}
     for variant, rs in runs.items():  # the fastest step and the largest peak over all rounds
         step_s = min(t for r in rs for t in r["step_seconds"])
+        cpu_s = min(t for r in rs for t in r["step_cpu_seconds"])
         results[variant] = {**rs[0], "step_s": step_s, "tokens_per_s": rs[0]["tokens_per_step"] / step_s,
+                            "cpu_s": cpu_s, "tokens_per_cpu_s": rs[0]["tokens_per_step"] / cpu_s,
                             "peak_mb": max(r["peak_mb"] for r in rs)}
     first = results["sft"]
     print(f"model {first['parameters'] / 1e6:.1f} M parameters on {first['device']}, batch {args.batch}, "
           f"{first['tokens_per_step']:.0f} tokens/step, {first['threads']} threads, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'variant':<12}{'tokens/s':>10}{'s/step':>9}{'peak MB':>10}{'vs SFT':>8}")
+    print(f"{'variant':<12}{'tokens/s':>10}{'s/step':>9}{'vs SFT':>8}{'CPU s/step':>12}{'vs SFT':>8}{'peak MB':>10}")
     for name, r in results.items():
-        print(f"{name:<12}{r['tokens_per_s']:>10.0f}{r['step_s']:>9.3f}{r['peak_mb']:>10.0f}"
-              f"{r['tokens_per_s'] / first['tokens_per_s']:>8.2f}")
+        print(f"{name:<12}{r['tokens_per_s']:>10.0f}{r['step_s']:>9.3f}{r['tokens_per_s'] / first['tokens_per_s']:>8.2f}"
+              f"{r['cpu_s']:>12.3f}{r['tokens_per_cpu_s'] / first['tokens_per_cpu_s']:>8.2f}{r['peak_mb']:>10.0f}")
     speed = results["spo_cached"]["tokens_per_s"] / first["tokens_per_s"]
+    cpu_speed = results["spo_cached"]["tokens_per_cpu_s"] / first["tokens_per_cpu_s"]
     memory_live = results["ppo"]["peak_mb"] / results["spo_live"]["peak_mb"]
     memory_cached = results["ppo"]["peak_mb"] / results["spo_cached"]["peak_mb"]
-    print(f"SPO (cached π0) / SFT throughput: {speed:.2f}  (target >= 1.0)")
+    print(f"SPO (cached π0) / SFT throughput: {speed:.2f} wall, {cpu_speed:.2f} CPU time  (target >= 1.0)")
     print(f"PPO / SPO peak memory: {memory_live:.2f} vs live-π0 SPO, {memory_cached:.2f} vs cached-π0 SPO "
           f"(target >= 1.3)")
 

@@ -566,24 +566,26 @@ class Lake:
                 pinned.setdefault(t, set()).add(v)
         return pinned
 
-    def compact(self, tables: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
-        """Bin-pack small files into large ones. Old versions stay readable (their files are kept).
+    def compact(self, tables: Iterable[str] | None = None, *,
+                below_bytes: int = COMPACT_BELOW_BYTES) -> dict[str, dict[str, Any]]:
+        """Bin-pack the files smaller than `below_bytes` into large ones. Old versions stay readable (their files
+        are kept).
 
         Each commit removes exactly the files it rewrote, from the version it read, and carries the table's guard:
         delta-rs rejects it when another compaction (or keyed commit) landed after that version, and the loser
         re-plans from the new version. (delta-rs's own OPTIMIZE lets two concurrent runs both land, duplicating
         every row.) The new files are written under a write lease, so no vacuum deletes them before their commit.
         """
-        return {t: self._compact(t) for t in tables or [*table_names(), SNAPSHOTS]}
+        return {t: self._compact(t, below_bytes) for t in tables or [*table_names(), SNAPSHOTS]}
 
-    def _compact(self, table: str, max_attempts: int = COMMIT_ATTEMPTS) -> dict[str, int]:
+    def _compact(self, table: str, below_bytes: int, max_attempts: int = COMMIT_ATTEMPTS) -> dict[str, int]:
         c, fs = contract(table), self._filesystem(table)
         done = {"numFilesRemoved": 0, "numFilesAdded": 0}
         written: set[str] = set()
         for attempt in range(max_attempts):
             dt = self._evolve(self.delta(table), c)
             files = pa.table(dt.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
-            small = [f for f in files if f["size_bytes"] < COMPACT_BELOW_BYTES and f["path"] not in written]
+            small = [f for f in files if f["size_bytes"] < below_bytes and f["path"] not in written]
             if len(small) < 2:
                 return done
             rewrite, total = [], 0

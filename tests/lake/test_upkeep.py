@@ -43,3 +43,23 @@ def test_a_buffered_appender_compacts_as_it_commits(lake):
     assert len(lake.files("trajectories")) == 1
     assert lake.count("trajectories") == COMPACT_EVERY
     assert len(lake.files("trajectories", version=COMPACT_EVERY)) == COMPACT_EVERY  # the old version is intact
+
+
+def test_upkeep_compacts_only_the_small_files(lake):
+    """A compaction's cost must not grow with the table: the files already over the threshold are left as they are,
+    and only the small ones written since are merged (without losing or duplicating a row)."""
+    big_version = lake.append("trajectories", trajectory_rows(2000))
+    big = set(lake.files("trajectories"))
+    size = (Path(lake.uri("trajectories")) / next(iter(big))).stat().st_size
+    version = big_version
+    for i in range(4):
+        version = lake.append("trajectories", trajectory_rows(1, start=2000 + i))
+    after_commit(lake, "trajectories", version, compact_every=version, compact_below=size)
+
+    files = set(lake.files("trajectories"))
+    assert big < files and len(files - big) == 1  # the big file untouched, the 4 small ones merged into 1
+    assert lake.version("trajectories") == version + 1
+    assert lake.sql(ALL).column("trajectory_id").to_pylist() == [f"t{i:05d}" for i in range(2004)]
+    after_commit(lake, "trajectories", version, compact_every=version, compact_below=size + 1)
+    assert len(lake.files("trajectories")) == 1  # with the big file under the threshold, it is merged too
+    assert lake.count("trajectories") == 2004
