@@ -102,7 +102,7 @@ def run_arms(seed_dir: Path, scale: DemoScale, seed: int, runs: int, log: Callab
     log(f"[bold]seed {seed} · arm B[/bold]: a chain of {runs} runs of {steps} steps")
     pi0 = config["reference"]
     spec = ChainSpec("chain", out, config_from_dict(config).to_dict(), between=[
-        {"run": "evaluate"}, {"run": "dedup"},
+        {"run": "judge"}, {"run": "dedup"},
         {"run": "refprobs", "model": pi0, "where": "t.source = 'spo'"}])
     manifest = run_chain(spec, lakes["chain"], runs, log=log)
     chain = [Path(r["run_dir"]) for r in manifest["runs"][:runs]]
