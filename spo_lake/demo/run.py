@@ -51,7 +51,7 @@ class DemoScale:
     eval_max_prompts: int
 
 
-QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=600, cot_steps=200, reference_samples=2,
+QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=400, cot_steps=100, reference_samples=2,
                   cot_samples=1, q0_samples=4, pts_rollouts=4, pts_trajectories=6, train_steps=30, online_per_step=16,
                   lr=1e-4, eval_every=30, eval_max_prompts=30)
 FULL = DemoScale(train_prompts=1000, eval_prompts=100, tiny_steps=1500, cot_steps=500, reference_samples=2,
