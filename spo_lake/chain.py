@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spo_lake.errors import InputError, UserError
 from spo_lake.lake import Lake
 from spo_lake.pipelines.recipe import STEPS, Recipe, run_recipe, step_keys
 from spo_lake.rl.config import apply_overrides, config_from_dict, located_error
@@ -42,7 +43,7 @@ from spo_lake.rl.run import checkpoint_dirs, write_json_atomic
 CHAIN_KEYS = ("name", "dir", "between")
 
 
-class RunFailed(RuntimeError):
+class RunFailed(UserError):
     """A run's `spolake train` child failed (it said why on stderr); the chain stops there."""
 
 
@@ -72,22 +73,22 @@ def load_chain(path: str | Path, overrides: list[str] | None = None, *, name: st
         text = path.read_text()
         raw = tomllib.loads(text)
     except FileNotFoundError:
-        raise ValueError(f"config file {path} not found") from None
+        raise InputError(f"config file {path} not found") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: invalid TOML: {exc}") from None
+        raise InputError(f"{path}: invalid TOML: {exc}") from None
     chain = raw.pop("chain", {})
     try:
         if not isinstance(chain, dict):
-            raise ValueError("config: `chain` must be a table ([chain])")
+            raise InputError("config: `chain` must be a table ([chain])")
         unknown = sorted(set(chain) - set(CHAIN_KEYS))
         if unknown:
-            raise ValueError(f"config: unknown key(s) {unknown} in [chain]; known: {', '.join(CHAIN_KEYS)}")
+            raise InputError(f"config: unknown key(s) {unknown} in [chain]; known: {', '.join(CHAIN_KEYS)}")
         between = chain.get("between", [])
         for i, step in enumerate(between):
             _check_step(step, i)
         config = config_from_dict(apply_overrides(raw, overrides or []))
     except ValueError as exc:
-        raise ValueError(located_error(path, text, str(exc))) from None
+        raise InputError(located_error(path, text, str(exc))) from None
     return ChainSpec(name or chain.get("name", "chain"), Path(chain.get("dir", "chains")).resolve(),
                      config.to_dict(), between, from_previous_checkpoint)
 
@@ -95,14 +96,14 @@ def load_chain(path: str | Path, overrides: list[str] | None = None, *, name: st
 def _check_step(step: Any, i: int) -> None:
     where = f"config: chain.between[{i}]"
     if not isinstance(step, dict) or step.get("run") not in STEPS:
-        raise ValueError(f"{where}: `run` must be one of {', '.join(STEPS)}")
+        raise InputError(f"{where}: `run` must be one of {', '.join(STEPS)}")
     accepted, required = step_keys(step["run"])
     unknown = sorted(set(step) - accepted - {"run"})
     if unknown:
-        raise ValueError(f"{where} ({step['run']}): unknown key(s) {unknown}; known: {', '.join(sorted(accepted))}")
+        raise InputError(f"{where} ({step['run']}): unknown key(s) {unknown}; known: {', '.join(sorted(accepted))}")
     missing = sorted(required - set(step))
     if missing:
-        raise ValueError(f"{where} ({step['run']}): missing key(s) {missing}")
+        raise InputError(f"{where} ({step['run']}): missing key(s) {missing}")
 
 
 def config_toml(config: dict[str, Any]) -> str:
@@ -124,7 +125,7 @@ def _manifest(spec: ChainSpec, lake: Lake) -> dict[str, Any]:
     manifest = json.loads(path.read_text())
     changed = [key for key, value in settings.items() if json.loads(json.dumps(value)) != manifest.get(key)]
     if changed:
-        raise ValueError(f"{path}: chain {spec.name!r} was started with different {', '.join(changed)}; "
+        raise InputError(f"{path}: chain {spec.name!r} was started with different {', '.join(changed)}; "
                          f"give the chain another name (--name) to start a new one")
     return manifest
 
@@ -133,7 +134,7 @@ def run_chain(spec: ChainSpec, lake: Lake, runs: int, *, log: Callable[[str], No
               quiet: bool = True) -> dict[str, Any]:
     """Runs 1..`runs` of the chain (finished ones are skipped); returns the manifest."""
     if runs < 1:
-        raise ValueError(f"--runs must be >= 1, got {runs}")
+        raise InputError(f"--runs must be >= 1, got {runs}")
     manifest = _manifest(spec, lake)
     path = spec.root / "manifest.json"
     for k in range(1, runs + 1):

@@ -59,6 +59,8 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 msg = f"{msg} (reading the lake at {STATE.lake_path}: `spolake doctor` names damaged files)"
             print(f"error: {delta_message(msg)}", file=sys.stderr)  # one line: no colours, no Rust backtrace
             raise typer.Exit(1) from None
+        except (typer.Exit, typer.Abort):  # a command's own chosen exit, already explained
+            raise
         except Exception:
             traceback.print_exc()
             print(f"error: a bug in spo-lake {__version__}, not in your input: please report it with the traceback "

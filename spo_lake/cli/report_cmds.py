@@ -9,6 +9,7 @@ import typer
 from spo_lake.cli.common import console, open_lake, user_errors
 from spo_lake.cli.lake_cmds import show_table, write_arrow
 from spo_lake.cli.pipeline_cmds import report_app
+from spo_lake.errors import InputError
 
 WHERE = typer.Option(None, help="SQL filter over trajectories t, e.g. \"t.source <> 'human'\"")
 SNAPSHOT = typer.Option(None, help="read at this snapshot (default: the lake's head)")
@@ -18,7 +19,7 @@ PNG = typer.Option(None, "--png", help="also draw the view to this PNG file")
 
 def _show(table: pa.Table, title: str, format: str) -> None:
     if format not in ("table", "csv", "json"):
-        raise ValueError(f"--format {format!r}: table, csv or json")
+        raise InputError(f"--format {format!r}: table, csv or json")
     show_table(table, title=title) if format == "table" else write_arrow(table, format, None)
 
 
@@ -88,5 +89,5 @@ def register(app: typer.Typer) -> None:
         from spo_lake.rl.batches import batch_sources
 
         if not (run_dir / "manifest.json").exists():
-            raise ValueError(f"{run_dir}: not a run directory (no manifest.json)")
+            raise InputError(f"{run_dir}: not a run directory (no manifest.json)")
         _show(batch_sources(open_lake(), run_dir), f"batch sources of {run_dir.name}", format)

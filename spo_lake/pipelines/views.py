@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.lake.sql import DEDUP_METHOD, VERDICT_SQL
 
@@ -80,7 +81,7 @@ def _where(where: str | None) -> str:
 def prompt_solves(lake: Lake, snapshot: str | None = None, where: str | None = None,
                   group_by: str = "all") -> pa.Table:
     if group_by not in GROUPS:
-        raise ValueError(f"--group-by {group_by!r}: one of {', '.join(GROUPS)}")
+        raise InputError(f"--group-by {group_by!r}: one of {', '.join(GROUPS)}")
     return lake.sql(PROMPT_SOLVES_SQL.format(group=GROUPS[group_by], where=_where(where)), snapshot)
 
 

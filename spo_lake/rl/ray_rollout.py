@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from spo_lake.errors import InputError
 from spo_lake.models.backend import SampleResult, TransformersPolicy, encode_prompt
 
 
@@ -47,7 +48,7 @@ class RayPolicy:
         try:
             import ray
         except ImportError:
-            raise ValueError("executor = \"ray\" needs Ray: pip install 'spo-lake[ray]'") from None
+            raise InputError("executor = \"ray\" needs Ray: pip install 'spo-lake[ray]'") from None
         self.ray = ray
         self.started = not ray.is_initialized()  # a caller's own instance (a test's, a notebook's) is left running
         if self.started:
