@@ -47,3 +47,12 @@ def tiny_model_dir(request, tmp_path_factory) -> Path:
         shutil.rmtree(cached, ignore_errors=True)
         os.replace(staging, cached)  # atomic: a concurrent session sees either nothing or a whole model
     return cached
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """A local 2-CPU Ray instance for one test module, shut down after it."""
+    import ray  # a test extra: missing, this fails rather than skips
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

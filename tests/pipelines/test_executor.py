@@ -25,14 +25,6 @@ SHORT = 12  # max_new_tokens: countdown answers are short
 
 
 @pytest.fixture(scope="module")
-def ray_instance():
-    import ray  # a test extra: missing, this fails rather than skips
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def policy(tiny_model_dir) -> TransformersPolicy:
     return TransformersPolicy.from_pretrained(str(tiny_model_dir))
 

@@ -20,14 +20,6 @@ STEPS, INTERVAL, LAG = 5, 2, 1
 
 
 @pytest.fixture(scope="module")
-def ray_instance():
-    import ray  # a test extra: missing, this fails rather than skips
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def lake(tmp_path_factory, tiny_model_dir) -> Lake:
     lake = Lake.init(tmp_path_factory.mktemp("ray-rollouts") / "lake")
     ingest_dataset(lake, "countdown", None, n=4, seed=0)
