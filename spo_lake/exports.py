@@ -172,7 +172,7 @@ def _sft(lake: Lake, snap, query: str, chat: bool) -> pa.Table:
     for r in _rows(lake, snap, _SFT_SQL, query):
         prompt, completion = _prompt_value(r, chat), _answer(r["response_text"], chat)
         out.append({"prompt": prompt, "completion": completion, "prompt_id": r["prompt_id"],
-                    "trajectory_id": r["trajectory_id"]} | ({"messages": prompt + completion} if chat else {}))
+                    "trajectory_id": r["trajectory_id"]} | ({"messages": [*prompt, *completion]} if chat else {}))
     return _table(out, ["prompt", "completion", "prompt_id", "trajectory_id"] + (["messages"] if chat else []))
 
 

@@ -57,10 +57,10 @@ def verifier_reward(options: SandboxOptions = SandboxOptions(), workers: int | N
             raise KeyError(f"spo_lake_verifier needs the columns of `spolake export --shape prompt`; missing "
                            f"{', '.join(missing)}")
         problems = problems_from_columns(len(completions), columns)
-        todo = [i for i, p in enumerate(problems) if p is not None]
-        verdicts = judge_many([(problems[i], completion_text(completions[i])) for i in todo], options, workers)
+        todo = [(i, p) for i, p in enumerate(problems) if p is not None]
+        verdicts = judge_many([(p, completion_text(completions[i])) for i, p in todo], options, workers)
         rewards: list[float | None] = [None] * len(completions)
-        for i, verdict in zip(todo, verdicts):
+        for (i, _), verdict in zip(todo, verdicts):
             rewards[i] = verdict.reward
         return rewards
 

@@ -24,7 +24,7 @@ CONVENTIONS = ", ".join(f"{name} ({pairs})" for name, pairs in REWARD_CONVENTION
 EXTRA_HELP = "unknown input fields: metadata (keep them there), drop, or error"
 
 
-def report_json(path: str, report: IngestReport) -> dict:
+def report_json(path: str | None, report: IngestReport) -> dict:
     return {"path": path, "new": report.new, "present": report.present, "prompts_new": report.prompts_new,
             "evaluations_new": report.evaluations_new}
 

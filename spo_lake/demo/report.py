@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from spo_lake.demo.stats import Paired, mean_std, paired_prompt_difference, paired_seed_difference, per_prompt_pass
 from spo_lake.lake import Lake
@@ -77,7 +77,7 @@ def prompt_values(out: Path, seeds: list[dict[str, Any]], split: str = "held_out
 
 def test_claims(out: Path, seeds: list[dict[str, Any]]) -> list[tuple[Claim, Paired]]:
     values = prompt_values(out, seeds)
-    cost = {m["method"]: {} for m in seeds[0]["methods"]}
+    cost: dict[str, dict[str, list[float]]] = {m["method"]: {} for m in seeds[0]["methods"]}
     for s in seeds:
         for m in s["methods"]:
             for key in ("step_s", "peak_rss_mb"):
@@ -230,7 +230,7 @@ def _response_tokens(model_dir: Path, curve: dict[str, Any]) -> list[str] | None
 
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         _, ids = tokenize_response(tokenizer, curve["prompt"], curve["response"])
-        return [tokenizer.decode([i]) for i in ids]
+        return [cast(str, tokenizer.decode([i])) for i in ids]  # (its annotation also covers decoding a batch)
     except OSError:
         return None
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 import pyarrow as pa
@@ -143,7 +143,8 @@ def _content(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _existing_prompts(lake: Lake, ids: pa.Array | pa.ChunkedArray) -> dict[str, dict[str, Any]]:
-    wanted = pl.from_arrow(pc.unique(ids)).implode()
+    # (the casts: pyarrow has no type information, so polars' from_arrow cannot tell a Table from an Array)
+    wanted = cast(pl.Series, pl.from_arrow(pc.unique(ids))).implode()
     df = lake.read("prompts").filter(pl.col("prompt_id").is_in(wanted)).select("prompt_id", *_PROMPT_CONTENT).collect()
     return {r["prompt_id"]: r for r in df.to_dicts()}
 
@@ -245,7 +246,7 @@ def _merged(lease: Lease, table: str, parts: list[Staged]) -> Staged:
     """Several stagings of one table as one commit."""
     local = all(p.actions is not None for p in parts)
     return Staged(table, sum(p.num_rows for p in parts),
-                  actions=[a for p in parts for a in p.actions] if local else None,
+                  actions=[a for p in parts for a in p.actions or []] if local else None,
                   data=None if local else pa.concat_tables([p.data for p in parts]), lease=lease)
 
 
@@ -316,7 +317,7 @@ def _prompts_to_create(lake: Lake, batch: Batch, task: str | None, staged: dict[
     all_known = pc.all(pc.is_in(t.column("prompt_id"), pa.array(list(existing), pa.string()))).as_py()
     if all_known and not restated:  # the usual case: rows refer to prompts already in the lake
         return _NEW_PROMPT.empty_table()
-    frame = pl.from_arrow(t.select(["prompt_id", "prompt", "task"])).with_row_index("row")
+    frame = cast(pl.DataFrame, pl.from_arrow(t.select(["prompt_id", "prompt", "task"]))).with_row_index("row")
     known = pl.Series(list(existing), dtype=pl.String).implode()
     for name in ("prompt", "task") if existing else ():  # a row restating a known prompt must agree with the lake
         lake_value = pl.col("prompt_id").replace_strict({k: v[name] for k, v in existing.items()}, default=None,

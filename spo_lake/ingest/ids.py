@@ -11,6 +11,7 @@ from __future__ import annotations
 import binascii
 import hashlib
 from collections import Counter
+from typing import cast
 
 import duckdb
 import numpy as np
@@ -181,7 +182,7 @@ def trajectory_ids(t: pa.Table, exact_hashes: pa.Array, seen: SeenIds | None = N
     missing = pc.is_null(given)
     content = derived.filter(missing).to_pylist()
     keys = SeenIds.prefixes(content) if seen is not None and content else None
-    earlier = seen.earlier(keys) if keys is not None else np.zeros(len(content), dtype=np.int64)
+    earlier = seen.earlier(keys) if seen is not None and keys is not None else np.zeros(len(content), dtype=np.int64)
     if earlier.any() or pc.count_distinct(derived.filter(missing)).as_py() < len(content):  # repeats: number them
         ids, has_given = derived.to_pylist(), pc.is_valid(given).to_pylist()
         before = iter(earlier.tolist())
@@ -194,7 +195,7 @@ def trajectory_ids(t: pa.Table, exact_hashes: pa.Array, seen: SeenIds | None = N
             if k:
                 ids[row] = hashlib.md5(f"{first}#{k}".encode()).hexdigest()
         derived = pa.array(ids, pa.string())
-    if keys is not None:
+    if seen is not None and keys is not None:
         seen.add(keys)
     return pc.if_else(pc.is_valid(given), given, derived)
 
@@ -212,9 +213,10 @@ def adopt_unattributed(existing: pl.LazyFrame, t: pa.Table, ids: pa.Array, hashe
     if not pc.any(loose).as_py():
         return ids
     keys = ["prompt_id", "source", "run_id", "response_hash"]
-    rows = (pl.from_arrow(t.select(["prompt_id", "source", "run_id", "response"]))
+    # (casts: pyarrow has no type information, so polars' from_arrow cannot tell a Table from an Array)
+    rows = (cast(pl.DataFrame, pl.from_arrow(t.select(["prompt_id", "source", "run_id", "response"])))
             .rename({"response": "response_text"})
-            .with_columns(response_hash=pl.from_arrow(hashes), row=pl.int_range(pl.len()))
+            .with_columns(response_hash=cast(pl.Series, pl.from_arrow(hashes)), row=pl.int_range(pl.len()))
             .filter(pl.from_arrow(loose.combine_chunks() if isinstance(loose, pa.ChunkedArray) else loose)))
     found = (existing.filter(pl.col("model_id").is_not_null())
              .select("trajectory_id", *keys, "response_text")

@@ -3,18 +3,27 @@ a list of dicts), through the same reshaping and validation as `spolake ingest`.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
 from spo_lake.errors import InputError
-from spo_lake.ingest.core import BATCH_ROWS, IngestReport, add_prompts, ingest_trajectories, load_batch, load_batches
+from spo_lake.ingest.core import (
+    BATCH_ROWS,
+    Batches,
+    IngestReport,
+    add_prompts,
+    ingest_trajectories,
+    load_batch,
+    load_batches,
+)
 from spo_lake.ingest.readers import IngestError, Located
 from spo_lake.ingest.records import PROMPT_FIELDS, TRAJECTORY_FIELDS, Batch
 from spo_lake.ingest.shapes import ExtraFields, RewardMap, Shaping, shaped_batch, typed_batch
 from spo_lake.lake import Lake
 
-Input = str | os.PathLike | list[dict[str, Any]] | pa.Table | Any  # Any: a datasets.Dataset or polars DataFrame
+# Any: a datasets.Dataset or polars DataFrame
+Input: TypeAlias = str | os.PathLike | list[dict[str, Any]] | pa.Table | Any
 
 
 def read_input(data: Input, fields: dict[str, str], what: str, *, mapping: dict[str, str] | None = None,
@@ -71,6 +80,7 @@ def ingest(lake: Lake | str | os.PathLike, data: Input, *, source: str = "import
 
     if source not in SOURCES:
         raise InputError(f"source {source!r}: unknown (one of {', '.join(SOURCES)})")
+    batches: Batches
     if isinstance(data, (str, os.PathLike)):
         extra = ExtraFields(extra)
         rewards = RewardMap.parse(reward_map) if isinstance(reward_map, str) else reward_map

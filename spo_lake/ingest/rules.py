@@ -62,6 +62,7 @@ def require_finite(batch: Batch, field: str, lo: float = -math.inf, hi: float = 
             return
         bad = pc.or_(pc.invert(pc.is_finite(col)), pc.or_(pc.less(col, lo), pc.greater(col, hi)))
         i = _first(bad)
+        assert i is not None  # _in_range saw a value that is not finite or out of bounds
         bounds = _bounds(lo, hi, pa.types.is_integer(col.type))
         raise IngestError(f"{batch.where(i)}: field {field_name(field)!r}: value {col[i].as_py()!r} is not {bounds}")
     elements = [chunk.flatten() for chunk in col.chunks]

@@ -303,7 +303,7 @@ def _metadata(where: str, value: Any) -> dict[str, Any]:
 def _resolve_reward(where: str, rec: dict[str, Any], reward_map: RewardMap | None) -> dict[str, Any]:
     """Map the reward to the lake's convention and reconcile it with `passed`; returns the provenance to record."""
     provenance: dict[str, Any] = {}
-    reward = rec.get("reward")
+    reward: Any = rec.get("reward")
     if reward_map is not None and type(reward) in (int, float):  # other types are the type stage's to name
         original = float(reward)
         if original not in reward_map.values:

@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -205,7 +206,7 @@ def _log_problems(lake: Lake, store: Store, table: str, exc: DeltaError,
         if complete:
             moved = [f.path] + [p.path for p in files if p.path.endswith("/_last_checkpoint")]
             problems.append(Problem(f.path, f"checkpoint {v} is corrupt", "move it aside and rebuild the checkpoint "
-                                    "from the log entries", lambda m=moved: _rebuild_checkpoint(lake, store, table, m)))
+                                    "from the log entries", partial(_rebuild_checkpoint, lake, store, table, moved)))
         else:
             problems.append(Problem(f.path, f"checkpoint {v} is corrupt and log entries before it are missing: "
                                             "restore it from a backup"))

@@ -62,7 +62,7 @@ class Store:
         # deltalake 1.6's pyarrow wrapper hands the Rust stream a pyarrow Buffer it refuses; write to the stream itself.
         stream = self.handler._handler.open_output_stream(path, None)
         stream.write(data)
-        stream.close()
+        stream.close()  # type: ignore[attr-defined]  # deltalake's stub omits it; the Rust stream has close()
 
     def move(self, src: str, dst: str) -> None:
         self.handler.move(src, dst)

@@ -35,6 +35,7 @@ def exact_steps(expression: str) -> tuple[Fraction, list[str]]:
 
     def walk(node: ast.expr) -> Fraction:
         if isinstance(node, ast.Constant):
+            assert isinstance(node.value, int), f"not an integer literal: {expression!r}"
             return Fraction(node.value)
         assert isinstance(node, ast.BinOp), f"not an arithmetic expression: {expression!r}"
         a, b = walk(node.left), walk(node.right)

@@ -53,7 +53,8 @@ def pending(lake: Lake, where: str | None = None) -> tuple[list[tuple[str, str, 
     rows = lake.sql(f"""
         SELECT s.*, (SELECT list(e.verifier) FROM evaluations e WHERE e.trajectory_id = s.trajectory_id) AS done
         FROM ({TRAJECTORY_WITH_PROMPT} {where_clause(where)}) s ORDER BY s.trajectory_id""").to_pylist()
-    todo, done, skipped = [], 0, Counter()
+    todo: list[tuple[str, str, Problem, str]] = []
+    done, skipped = 0, Counter[str]()
     for r in rows:
         problem = Problem.from_row(r)
         reason = unjudgeable(problem)

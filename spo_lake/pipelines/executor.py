@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from spo_lake.errors import InputError
 from spo_lake.models.backend import PolicyBackend, SampleResult
@@ -99,6 +100,7 @@ class LocalExecutor:
 
     def rollouts(self, calls: Iterable[Call], judge: SandboxOptions | None) -> Iterator[Rollout]:
         """Each call's (index, results, verdicts), in call order."""
+        assert self.model is not None  # only an executor that samples is given a model
         worker = RolloutWorker(self.model, self.workers)
         return (worker.rollout(i, call, judge) for i, call in enumerate(calls))
 
@@ -123,7 +125,9 @@ class RayExecutor:
         if self.started:  # "local" starts a fresh instance rather than joining whatever cluster runs here
             ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
         self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
-        self.model, self.actors = model, []
+        self.model = model
+        # (Any: Ray types an actor method's .remote only where the method is decorated with Ray's @ray.method)
+        self.actors: list[Any] = []
 
     def rollouts(self, calls: Iterable[Call], judge: SandboxOptions | None) -> Iterator[Rollout]:
         """Each call's (index, results, verdicts), in the order the calls finish."""
@@ -132,11 +136,12 @@ class RayExecutor:
 
         calls = list(calls)
         if calls and not self.actors:
+            assert self.model is not None  # only an executor that samples is given a model
             spec = PolicySpec.of(self.model)
             actor = ray.remote(num_cpus=1, num_gpus=int(spec.device.startswith("cuda")))(RolloutWorker)
             self.actors = [actor.remote(spec, 1) for _ in range(self.workers)]
         pool = ActorPool(self.actors)  # hands a call to whichever actor is idle
-        return pool.map_unordered(lambda a, job: a.rollout.remote(job[0], job[1], judge), enumerate(calls))
+        return pool.map_unordered(lambda a, job: a.rollout.remote(job[0], job[1], judge), list(enumerate(calls)))
 
     def judge(self, items: Sequence[tuple[Problem, str]], options: SandboxOptions,
               on_done: OnDone | None = None) -> list[Verdict]:
@@ -145,7 +150,8 @@ class RayExecutor:
 
         remote = ray.remote(num_cpus=1)(judge_many)
         size = max(1, min(CHUNK, math.ceil(len(items) / self.workers)))
-        pending = {remote.remote([items[i] for i in chunk], options, 1): chunk
+        # (ray's typing matches judge_many to its two-argument overload: it ignores parameters with defaults)
+        pending = {remote.remote([items[i] for i in chunk], options, 1): chunk  # type: ignore[call-arg]
                    for chunk in task_chunks(items, lambda _: size)}
         out: list[Verdict | None] = [None] * len(items)
         while pending:

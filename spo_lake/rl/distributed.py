@@ -43,7 +43,7 @@ class World:
         """Every rank's value, in rank order, on rank 0 (None elsewhere)."""
         if self.size == 1:
             return [value]
-        out = [None] * self.size if self.main else None
+        out: list[Any] | None = [None] * self.size if self.main else None  # gather_object fills it
         dist.gather_object(value, out, dst=0)
         return out
 

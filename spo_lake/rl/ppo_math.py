@@ -57,13 +57,13 @@ def gae(
     zeros = torch.zeros_like(values)
     values, rewards = torch.where(mask, values, zeros), torch.where(mask, rewards, zeros)
     next_value = next_advantage = torch.zeros_like(values[:, 0])
-    advantages = []
+    steps = []
     for t in reversed(range(values.shape[1])):
         delta = rewards[:, t] + gamma * next_value - values[:, t]
         advantage = torch.where(mask[:, t], delta + gamma * lam * next_advantage, torch.zeros_like(delta))
-        advantages.append(advantage)
+        steps.append(advantage)
         next_value, next_advantage = values[:, t], advantage
-    advantages = torch.stack(advantages[::-1], dim=1)
+    advantages = torch.stack(steps[::-1], dim=1)
     return advantages, advantages + values
 
 

@@ -57,7 +57,8 @@ class RayPolicy:
         path = str(source.resolve()) if source.exists() else str(source)
         gpu = policy.device.type == "cuda"
         actor = ray.remote(num_cpus=threads, num_gpus=int(gpu))(PolicyActor)
-        self.actor = actor.remote(path, backend, "cuda" if gpu else "cpu", dtype, policy.model_id, threads)
+        # (Any: Ray types an actor method's .remote only where the method is decorated with Ray's @ray.method)
+        self.actor: Any = actor.remote(path, backend, "cuda" if gpu else "cpu", dtype, policy.model_id, threads)
         # The worker thread encodes while the trainer tokenizes: a fast tokenizer fails when two threads share it.
         self.tokenizer = copy.deepcopy(policy.tokenizer)
 

@@ -266,6 +266,7 @@ class OnlineSource:
     def _write_back(self, ranks: list[tuple[list[dict], list[dict]]] | None) -> None:
         """Append (each rank's) rows not written before; `ranks` is None on every rank but rank 0."""
         for evaluations, trajectories in ranks or []:
+            assert self.appender is not None  # rank 0, the one that receives rows, has one
             fresh = [i for i, row in enumerate(trajectories) if row["trajectory_id"] not in self.already_written]
             # Verdicts are committed before the trajectories they describe (BufferedAppender's COMMIT_ORDER).
             self.appender.add("evaluations", [evaluations[i] for i in fresh])

@@ -19,11 +19,14 @@ import random
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from spo_lake.lake.rows import package_versions
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 CHECKPOINT_PREFIX = "step-"
 
@@ -73,7 +76,7 @@ class MetricsLog:
         try:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+            self.tensorboard: SummaryWriter | None = SummaryWriter(str(run_dir / "tensorboard"))
         except ImportError:
             self.tensorboard = None
 
@@ -125,7 +128,7 @@ def checkpoint_dirs(run_dir: Path) -> list[Path]:
                   and p.name[len(CHECKPOINT_PREFIX):].isdigit())
 
 
-def save_checkpoint(run_dir: Path, step: int, policy: torch.nn.Module, tokenizer, trainer_state: dict[str, Any],
+def save_checkpoint(run_dir: Path, step: int, policy: PreTrainedModel, tokenizer, trainer_state: dict[str, Any],
                     tensors: dict[str, Any], keep: int) -> Path:
     """Write checkpoint `step` (model loadable by from_pretrained plus the trainer's state) and keep the newest
     `keep` checkpoints."""

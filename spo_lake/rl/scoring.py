@@ -30,7 +30,9 @@ def reference_log_probs(reference: torch.nn.Module | None, batch: Batch, chunk_s
     model (in chunks of `chunk_size` rows) elsewhere."""
     out = batch.ref_logprobs.clone()
     live = (~batch.ref_cached).nonzero().squeeze(-1)
-    if live.numel() and reference is None:
+    if not live.numel():
+        return out
+    if reference is None:
         raise ValueError("rows without cached reference log-probs need a live reference model")
     for start in range(0, live.numel(), chunk_size):
         rows = live[start : start + chunk_size]

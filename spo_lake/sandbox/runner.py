@@ -34,7 +34,7 @@ import warnings
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from spo_lake.errors import InputError
 from spo_lake.sandbox import wire
@@ -131,6 +131,7 @@ class Sandbox:
         self.mode, self.tmpfs_mb, self.cgroups = mode, tmpfs_mb, cgroups
         self._proc: subprocess.Popen | None = None
         self._fds: dict[str, int] = {}
+        self._control_pending = b""  # the control channel's line so far, up to its newline
         self._cgroup: Cgroup | None = None
         self._group_limits: tuple | None = None
         self._oom_kills = 0  # the group's count when last read
@@ -336,10 +337,12 @@ class Sandbox:
             pass
 
     def _send_control(self, message: dict[str, Any]) -> bool:
+        if self._proc is None or self._proc.stdin is None:
+            return False
         try:
             self._proc.stdin.write(wire.message_line(message))
             self._proc.stdin.flush()
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError):
             return False
         return True
 
@@ -347,6 +350,7 @@ class Sandbox:
         wanted = (limits.memory_mb, limits.max_processes, limits.cpu_share)
         if wanted == self._group_limits:
             return True
+        assert self._cgroup is not None  # callers limit only a sandbox that has a group
         try:
             self._cgroup.limit(limits.memory_mb, limits.max_processes + 3, limits.cpu_share)  # + bwrap x2, zygote
         except OSError:
@@ -390,6 +394,7 @@ class Sandbox:
         finally:
             for fd in pass_fds:
                 os.close(fd)
+        assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs
         host = {"data_in": pipes["data_in"][1], "data_out": pipes["data_out"][0], "out": pipes["out"][0],
                 "err": pipes["err"][0], "data_in_r": data_in_r}
         for fd in [proc.stdout.fileno(), proc.stderr.fileno(), *host.values()]:
@@ -446,7 +451,7 @@ class Session:
             self.fail("wrong_answer", "malformed batch reply from the program")
         return [_outcome(reply) for reply in replies]
 
-    def fail(self, verdict: str, detail: str) -> None:
+    def fail(self, verdict: str, detail: str) -> NoReturn:
         """Make this the session's failure, stop the sample, and raise it."""
         self.failure = CallFailed(verdict, detail)
         self.close()
@@ -455,6 +460,7 @@ class Session:
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.failure is not None:
             raise self.failure
+        assert self.sample is not None  # only a failed spawn has none, and that set self.failure
         try:
             encoded = {key: [wire.encode(list(args)) for args in value] if key == "batch" else wire.encode(value)
                        for key, value in request.items()}
@@ -469,14 +475,16 @@ class Session:
 
     def close(self) -> RunResult:
         """Stop the sample (if still running); how its run went ("ok" while no call failed)."""
+        sample = self.sample
         if self.result is None and self.failure is None:
-            sample = self.sample
+            assert sample is not None  # only a failed spawn has none, and that set self.result
             self.sandbox._stop_later(sample)
             self.result = RunResult("ok", None, sample.stdout.decode("utf-8", "replace"),
                                     sample.stderr[-STDERR_TAIL_BYTES:].decode("utf-8", "replace"),
                                     time.monotonic() - sample.started)
         elif self.result is None:
-            self.result = self.sandbox._finish(self.sample, timed_out=False)
+            assert sample is not None  # as above
+            self.result = self.sandbox._finish(sample, timed_out=False)
         return self.result
 
     def __enter__(self) -> Session:
@@ -488,6 +496,7 @@ class Session:
     def _message(self) -> dict[str, Any]:
         """The next message from the program, within this call's time; raises CallFailed if there is none."""
         sample = self.sample
+        assert sample is not None  # _ask checked
         deadline = min(time.monotonic() + self.limits.timeout_s, self.deadline)
         self.sandbox._pump(sample, lambda: bool(sample.messages or sample.report or sample.overflow), deadline)
         if sample.messages:

@@ -161,9 +161,11 @@ def verify_contest(problem: Problem, response: str, options: SandboxOptions) -> 
     if not tests:  # nothing to run must never count as a pass
         return Verdict(passed=False, verdict="sandbox_error", detail="problem has no tests", extracted_code=code)
     timeout_s, memory_mb = run_limits(problem, options)
-    limits = {"timeout_s": timeout_s, "memory_mb": memory_mb, "mode": options.mode}
     fn_name = problem.tests.get("fn_name")
-    verdict = verify_call(code, fn_name, tests, **limits) if fn_name else verify_stdio(code, tests, **limits)
+    if fn_name:
+        verdict = verify_call(code, fn_name, tests, timeout_s=timeout_s, memory_mb=memory_mb, mode=options.mode)
+    else:
+        verdict = verify_stdio(code, tests, timeout_s=timeout_s, memory_mb=memory_mb, mode=options.mode)
     return dataclasses.replace(verdict, extracted_code=code)
 
 
