@@ -1,6 +1,8 @@
 """Every shipped countdown config, run as its header documents on the built-in tiny model, ends above π0 on its own
 held-out prompts. Reduced length (the README has the full-length figures): fewer prompts, Q0 samples and steps,
-and the evaluation on fewer samples; the model is the test session's build of `spolake model tiny`."""
+and the evaluation on fewer samples; the model is the test session's build of `spolake model tiny`.
+configs/spo_codecontests_mc.toml is the paper's Llama-3.1-8B GPU run; spo_countdown_mc.toml is its tiny-scale twin
+(the same 50/25/25 mix with Monte-Carlo estimates) and is tested here."""
 from __future__ import annotations
 
 import json
@@ -38,9 +40,16 @@ def prepared(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path]:
     return lake, tiny_model_dir
 
 
-@pytest.mark.parametrize("config", ["spo_countdown.toml", "ppo_countdown.toml"])
+@pytest.mark.parametrize("config", ["spo_countdown.toml", "ppo_countdown.toml", "spo_countdown_mc.toml"])
 def test_shipped_config_ends_above_pi0_on_its_held_out_prompts(prepared, config, tmp_path):
     lake, model = prepared
+    if config == "spo_countdown_mc.toml":  # its header adds PTS estimates (the "mc" stream), here on a copy
+        lake = Path(shutil.copytree(lake, tmp_path / "lake"))
+        spolake(lake, "judge", "--where", "t.source = 'human'")
+        spolake(lake, "pts", "--model", str(model), "--k", "4", "--max-new-tokens", "48", "--s0-range", "0.05", "0.95",
+                "--threads", "1", "--where", "t.source = 'human' AND t.prompt_id LIKE 'countdown/0/1_'")
+        assert spolake(lake, "sql", "SELECT count(*) FROM \"values\" WHERE position > 0", "--format", "csv"
+                       ).split()[-1] != "0"
     overrides = {"model": str(model), "steps": STEPS, "eval_every": STEPS, "eval_max_prompts": 30, "eval_n": 10,
                  "checkpoint_every": 0, "run_dir": str(tmp_path), "run_name": "run", "threads": 1}
     sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={json.dumps(value)}")]
