@@ -176,7 +176,7 @@ def summarise(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
 
 def plot(per_seed: list[dict[str, Any]], path: Path) -> None:
     """Held-out pass@1, pass@10 and known training prompts against cumulative online samples; thin lines are
-    seeds, thick ones their mean."""
+    seeds, thick ones their mean with ± std bars."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,9 +189,11 @@ def plot(per_seed: list[dict[str, Any]], path: Path) -> None:
             x = [p["online_samples"] for p in curves[0]]
             for c in curves:
                 ax.plot(x, [p[key] for p in c], color=colour, alpha=0.3, linewidth=0.8)
-            ax.plot(x, [mean_std([c[i][key] for c in curves])[0] for i in range(len(x))], color=colour,
-                    marker="o", label=arm)
-        ax.set_xlabel("cumulative online samples")
+            stats = [mean_std([c[i][key] for c in curves]) for i in range(len(x))]
+            ax.errorbar(x, [m for m, _ in stats], yerr=[sd for _, sd in stats], color=colour, marker="o", capsize=3,
+                        label=f"{arm} (mean ± std over {len(curves)} seeds)")
+        ax.set_xlabel("cumulative online samples (0 = π0)")
+        ax.set_ylabel({"known_prompts": "prompts"}.get(key, key))
         ax.set_title({"known_prompts": "training prompts with ≥1 known correct solution"}.get(key, f"held-out {key}"))
         ax.legend(fontsize=8)
     fig.tight_layout()
@@ -219,7 +221,9 @@ def write_report(out: Path, per_seed: list[dict[str, Any]], settings: dict[str, 
         lines.append(f"- {key}: {d['mean']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}], per seed "
                      f"{', '.join(f'{x:+.4f}' for x in d['per_seed'])}: **{d['verdict']}**")
     wins = [k for k, d in summary.items() if d["verdict"] == "holds"]
-    answer = "yes" if len(wins) == len(summary) else f"on {', '.join(wins)} only" if wins else "not shown"
+    losses = [k for k, d in summary.items() if d["verdict"] == "reversed"]
+    answer = ("yes" if len(wins) == len(summary) else f"on {', '.join(wins)} only" if wins
+              else f"no: independent runs do better on {', '.join(losses)}" if losses else "not shown")
     lines += ["", f"Does the chain win? **{answer}** (" + ", ".join(f"{k}: {d['verdict']}" for k, d in
                                                                    summary.items()) + ")",
               "", "## First solved by (training prompts, the solver's solutions excluded)", ""]
