@@ -1,9 +1,11 @@
 """Lake analytics views on a real lake with known rows: exact numbers."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from spo_lake.demo.chain import _known
 from spo_lake.ingest import TRAJECTORY_FIELDS, from_records, ingest_trajectories, located
 from spo_lake.lake import Lake
 from spo_lake.pipelines.dedup import dedup
@@ -63,6 +65,19 @@ def test_solves_over_snapshots_count_prompts_solve_rates_and_distinct_programs(l
                           ("spo", "countdown/0/0"): (2, 2, 2), ("spo", "countdown/0/2"): (2, 0, 0)}
     plot_solves(solves_over_snapshots(lake, ["s1", "s2"], NOT_HUMAN, "source"), tmp_path / "solves.png")
     assert (tmp_path / "solves.png").stat().st_size > 0
+
+
+def test_a_where_takes_bound_parameters_as_the_chain_demo_selects_runs(lake):
+    def counts(rows):
+        return {r["prompt_id"]: (r["samples"], r["correct"]) for r in rows}
+
+    runs = "t.run_id IN (SELECT unnest($runs::VARCHAR[]))"
+    assert counts(prompt_solves(lake, "s2", runs, params={"runs": ["r1", "it's"]}).to_pylist()) == {
+        "countdown/0/0": (2, 2), "countdown/0/2": (2, 0)}
+    # The chain demo's known solutions: the reference pass, plus the spo rollouts of the runs given (by directory)
+    assert counts(_known(lake, 0, [])) == {"countdown/0/0": (1, 0), "countdown/0/2": (3, 3)}
+    assert counts(_known(lake, 0, [Path("runs") / "r1"])) == {"countdown/0/0": (3, 2), "countdown/0/2": (5, 3)}
+    assert counts(_known(lake, 0, [Path("runs") / "r2"])) == counts(_known(lake, 0, []))
 
 
 def test_coverage_and_first_solved_per_source_and_run(lake, tmp_path):
