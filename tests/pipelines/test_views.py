@@ -115,7 +115,9 @@ def test_the_report_commands_print_the_views_and_draw_them(lake, tmp_path):
     assert coverage_csv.stdout.splitlines() == ['"source","run_id","prompts_solved","first_solved"',
                                                 '"reference","p1",1,1', '"spo","r1",1,1']
     assert (tmp_path / "c.png").stat().st_size > 0
-    solves = report("solves", "--snapshots", "s1,s2", "--where", NOT_HUMAN, "--format", "csv")
+    solves = report("solves", "--snapshots", "s1,s2", "--where", NOT_HUMAN, "--format", "csv",
+                    "--png", str(tmp_path / "s.png"))
     assert solves.returncode == 0 and solves.stdout.splitlines()[1] == '"s1","all",2,1,0.5,1'
+    assert (tmp_path / "s.png").stat().st_size > 0
     bad = report("solves", "--group-by", "model")
     assert bad.returncode == 1 and "--group-by 'model': one of all, source, run_id" in bad.stderr
