@@ -71,15 +71,9 @@ class PolicyBackend(Protocol):
     ) -> list[SampleResult]:
         """n samples per prompt, len(prompts) * n results grouped by prompt."""
 
-    def sample_continuations(
-        self,
-        prefixes: Sequence[Sequence[int]],
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 256,
-        stop: Sequence[str] | None = None,
-        seed: int = 0,
-    ) -> list[SampleResult]:
+    def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
+                             max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
+                             ) -> list[SampleResult]:
         """One sampled continuation of each token-id prefix (prompt ids, then any response tokens already fixed),
         all drawn from generators seeded by `seed`; result i continues prefixes[i] (its prompt_index is i) and its
         token_ids are the new tokens only."""
@@ -213,15 +207,9 @@ class TransformersPolicy:
         return results
 
     @torch.inference_mode()
-    def sample_continuations(
-        self,
-        prefixes: Sequence[Sequence[int]],
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 256,
-        stop: Sequence[str] | None = None,
-        seed: int = 0,
-    ) -> list[SampleResult]:
+    def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
+                             max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
+                             ) -> list[SampleResult]:
         """See PolicyBackend. All prefixes go in one batch (the caller sizes it), drawn from one generator seeded
         with `seed`."""
         _check_settings(1, temperature, top_p, max_new_tokens)

@@ -102,15 +102,9 @@ class VLLMPolicy:
         params = self._params(temperature, top_p, max_new_tokens, stop, seed, n=n)
         return self._generate([self.encode_prompt(p) for p in prompts], params, temperature, top_p)
 
-    def sample_continuations(
-        self,
-        prefixes: Sequence[Sequence[int]],
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        max_new_tokens: int = 256,
-        stop: Sequence[str] | None = None,
-        seed: int = 0,
-    ) -> list[SampleResult]:
+    def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
+                             max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
+                             ) -> list[SampleResult]:
         """See PolicyBackend. Request i is seeded seed + i, as vLLM seeds the i-th of n samples of one request: equal
         prefixes still get different continuations."""
         params = [self._params(temperature, top_p, max_new_tokens, stop, seed + i) for i in range(len(prefixes))]
