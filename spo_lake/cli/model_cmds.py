@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -26,11 +27,16 @@ from spo_lake.errors import InputError
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
 
-MODEL_HELP = "a local model directory or hub name"
-MODEL_ID_OPTION = typer.Option(None, "--model-id", help="record and reuse the lake's rows under this model id instead "
-                               "of the model's own (e.g. an id an older lake holds for it)")
-WHERE_PROMPTS = "SQL filter over prompts p"
-WHERE_TRAJECTORIES = "SQL filter over trajectories t joined with prompts p"
+# Options the model verbs share, declared once; each verb gives its own default.
+Model = Annotated[str, typer.Option(help="a local model directory or hub name")]
+ModelId = Annotated[str | None, typer.Option("--model-id", help="record and reuse the lake's rows under this model id "
+                                             "instead of the model's own (e.g. an id an older lake holds for it)")]
+Device = Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available)")]
+WherePrompts = Annotated[str | None, typer.Option(help="SQL filter over prompts p")]
+WhereTrajectories = Annotated[str | None, typer.Option(help="SQL filter over trajectories t joined with prompts p")]
+MaxNewTokens = Annotated[int, typer.Option(help="longest response in tokens")]
+Seed = Annotated[int, typer.Option(help="sampling seed")]
+Batch = Annotated[int, typer.Option(help="responses per generation batch")]
 
 
 def load_model(model: str, device: str | None, backend: str = "auto", model_id: str | None = None):
@@ -84,28 +90,28 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
-    def sample(model: str = typer.Option(..., help=MODEL_HELP),
-               where: str | None = typer.Option(None, help=WHERE_PROMPTS),
+    def sample(model: Model,
+               where: WherePrompts = None,
                n: int = typer.Option(1, "--n", help="responses per prompt"),
                temperature: float = typer.Option(1.0, help="sampling temperature"),
                temperature_range: tuple[float, float] | None = typer.Option(
                    None, help="LO HI: one temperature per prompt drawn uniformly (by seed) instead of --temperature"),
                top_p: float = typer.Option(1.0, help="nucleus sampling p"),
-               max_new_tokens: int = typer.Option(256, help="longest response in tokens"),
+               max_new_tokens: MaxNewTokens = 256,
                source: str = typer.Option("reference",
                                           help="source recorded on the rows (reference, cot, policy, ...)"),
                template: str | None = typer.Option(None,
                                                       help="text file wrapping the prompt at its {prompt} placeholder"),
                evaluate: bool = typer.Option(False, "--evaluate", help="judge each response right away"),
-               seed: int = typer.Option(0, help="sampling seed"),
-               batch: int = typer.Option(64, help="responses per generation batch"),
-               device: str | None = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+               seed: Seed = 0,
+               batch: Batch = 64,
+               device: Device = None,
                threads: int | None = THREADS_OPTION,
                workers: Workers = None,
                timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
                memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
                sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-               model_id: str | None = MODEL_ID_OPTION,
+               model_id: ModelId = None,
                executor: Executor = "local",
                ray_address: RayAddress = None,
                format: OutputFormat = FORMAT_OPTION) -> None:
@@ -127,20 +133,20 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
-    def q0(model: str = typer.Option(..., help=MODEL_HELP),
+    def q0(model: Model,
            k: int = typer.Option(800, "--k", help="samples of π0 per prompt"),
-           where: str | None = typer.Option(None, help=WHERE_PROMPTS),
+           where: WherePrompts = None,
            beta: float | None = typer.Option(None, help="β for the printed mean Q̂0 (default 1/ln 100000)"),
-           max_new_tokens: int = typer.Option(256, help="longest response in tokens"),
-           seed: int = typer.Option(0, help="sampling seed"),
-           batch: int = typer.Option(64, help="responses per generation batch"),
-           device: str | None = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+           max_new_tokens: MaxNewTokens = 256,
+           seed: Seed = 0,
+           batch: Batch = 64,
+           device: Device = None,
            threads: int | None = THREADS_OPTION,
            workers: Workers = None,
            timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
            memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
            sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-           model_id: str | None = MODEL_ID_OPTION,
+           model_id: ModelId = None,
            executor: Executor = "local",
            ray_address: RayAddress = None,
            format: OutputFormat = FORMAT_OPTION) -> None:
@@ -159,12 +165,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
-    def refprobs(model: str = typer.Option(..., help=MODEL_HELP),
-                 where: str | None = typer.Option(None, help=WHERE_TRAJECTORIES),
+    def refprobs(model: Model,
+                 where: WhereTrajectories = None,
                  batch_size: int = typer.Option(16, help="sequences per scoring batch"),
                  threads: int | None = THREADS_OPTION,
-                 device: str | None = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
-                 model_id: str | None = MODEL_ID_OPTION,
+                 device: Device = None,
+                 model_id: ModelId = None,
                  format: OutputFormat = FORMAT_OPTION) -> None:
         """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
         from spo_lake.models.threads import use_threads
@@ -176,20 +182,20 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
-    def pts(model: str = typer.Option(..., help=MODEL_HELP),
+    def pts(model: Model,
             k: int = typer.Option(10, "--k", help="rollouts per visited prefix"),
             threshold: float = typer.Option(0.2, help="success-probability change that makes a token pivotal"),
-            where: str | None = typer.Option(None, help=WHERE_TRAJECTORIES),
+            where: WhereTrajectories = None,
             s0_range: tuple[float, float] = typer.Option((0.2, 0.8), help="LO HI: search only prompts with S0 inside"),
             max_new_tokens: int = typer.Option(256, help="longest response (prefix + continuation) in tokens"),
-            seed: int = typer.Option(0, help="sampling seed"),
-            device: str | None = typer.Option(None, help="cpu or cuda (default: cuda when available)"),
+            seed: Seed = 0,
+            device: Device = None,
             threads: int | None = THREADS_OPTION,
             workers: Workers = None,
             timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
             memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
             sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-            model_id: str | None = MODEL_ID_OPTION,
+            model_id: ModelId = None,
             format: OutputFormat = FORMAT_OPTION) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
         from spo_lake.models.threads import use_threads
@@ -197,7 +203,7 @@ def register(app: typer.Typer) -> None:
 
         use_threads(threads)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
-        # transformers: PTS continues token-level prefixes, which only that backend's sampler takes so far
+        # transformers, the reference backend: vLLM's continuations are checked only by the opt-in vLLM tests
         policy = load_model(model, device, "transformers", model_id)
         report = run(open_lake(), policy, k=k, threshold=threshold, where=where,
                      s0_range=tuple(s0_range), max_new_tokens=max_new_tokens, seed=seed, options=options,

@@ -1,6 +1,7 @@
 """`spolake report` views over accumulated rollouts (SQL in spo_lake.pipelines.views and spo_lake.rl.batches)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,10 +18,15 @@ FORMAT = typer.Option("table", "--format", help="table|csv|json")
 PNG = typer.Option(None, "--png", help="also draw the view to this PNG file")
 
 
-def _show(table: pa.Table, title: str, format: str) -> None:
+def _show(table: pa.Table, title: str, format: str, png: Path | None = None,
+          plot: Callable[[pa.Table, Path], None] | None = None) -> None:
+    """The view as a table, CSV or JSON; also drawn into `png` by `plot` when --png is given."""
     if format not in ("table", "csv", "json"):
         raise InputError(f"--format {format!r}: table, csv or json")
     show_table(table, title=title) if format == "table" else write_arrow(table, format, None)
+    if png and plot:
+        plot(table, png)
+        console.print(f"plot: {png}")
 
 
 def register(app: typer.Typer) -> None:
@@ -40,11 +46,7 @@ def register(app: typer.Typer) -> None:
         if per_prompt:
             _show(prompt_solves(lake, names[-1], where, group_by), "per prompt", format)
             return
-        table = solves_over_snapshots(lake, names, where, group_by)
-        _show(table, "solves over snapshots", format)
-        if png:
-            plot_solves(table, png)
-            console.print(f"plot: {png}")
+        _show(solves_over_snapshots(lake, names, where, group_by), "solves over snapshots", format, png, plot_solves)
 
     @report_app.command("coverage")
     @user_errors
@@ -54,11 +56,7 @@ def register(app: typer.Typer) -> None:
         from spo_lake.pipelines.views import coverage as view
         from spo_lake.pipelines.views import plot_coverage
 
-        table = view(open_lake(), snapshot, where)
-        _show(table, "coverage per source and run", format)
-        if png:
-            plot_coverage(table, png)
-            console.print(f"plot: {png}")
+        _show(view(open_lake(), snapshot, where), "coverage per source and run", format, png, plot_coverage)
 
     @report_app.command("first-solved")
     @user_errors

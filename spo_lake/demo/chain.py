@@ -119,10 +119,9 @@ def _evals(run_dir: Path, step: int) -> dict[str, list]:
 def _known(lake: Lake, seed: int, runs: list[Path], group_by: str = "all") -> list[dict[str, Any]]:
     """Per training prompt: samples, correct and distinct correct programs from the initial lake's model sources
     and the given runs' rollouts (the solver's solutions excluded)."""
-    run_ids = ", ".join(f"'{r.name}'" for r in runs) or "NULL"
     where = (f"{train_where(seed).replace('p.', 't.')} AND t.source <> 'human' "
-             f"AND (t.source <> 'spo' OR t.run_id IN ({run_ids}))")
-    return prompt_solves(lake, None, where, group_by).to_pylist()
+             "AND (t.source <> 'spo' OR t.run_id IN (SELECT unnest($runs::VARCHAR[])))")
+    return prompt_solves(lake, None, where, group_by, params={"runs": [r.name for r in runs]}).to_pylist()
 
 
 def measure_seed(seed: int, arms: dict[str, Any]) -> dict[str, Any]:

@@ -102,6 +102,12 @@ def runs_row(*, run_id: str, kind: str, status: str, config: dict[str, Any], met
             "metrics": to_json_text(metrics), "manifest": to_json_text(manifest)}
 
 
+def ended_status(exc: BaseException) -> str:
+    """The `runs` status of a run that `exc` ended: failed for an error, interrupted for Ctrl-C or a termination
+    signal (BaseExceptions that are not errors)."""
+    return "failed" if isinstance(exc, Exception) else "interrupted"
+
+
 @dataclass
 class RunRecord:
     run_id: str
@@ -110,8 +116,8 @@ class RunRecord:
 
 @contextmanager
 def recorded_run(lake: Lake, kind: str, config: dict[str, Any]) -> Iterator[RunRecord]:
-    """A `runs` row with status running, then finished (with the metrics the body filled in), failed (an error) or
-    interrupted (Ctrl-C, a termination signal: BaseExceptions that are not errors)."""
+    """A `runs` row with status running, then finished (with the metrics the body filled in), or failed or
+    interrupted (`ended_status`)."""
     run = RunRecord(new_run_id(kind))
     manifest = {"seed": config.get("seed"), "packages": package_versions()}
 
@@ -123,6 +129,6 @@ def recorded_run(lake: Lake, kind: str, config: dict[str, Any]) -> Iterator[RunR
     try:
         yield run
     except BaseException as exc:
-        write("failed" if isinstance(exc, Exception) else "interrupted")
+        write(ended_status(exc))
         raise
     write("finished")

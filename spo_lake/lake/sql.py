@@ -17,8 +17,8 @@ from spo_lake.lake.errors import LakeError
 
 
 def sql_literal(value: str | None) -> str:
-    """`value` as a SQL string literal: only for what DuckDB cannot bind as a parameter (view definitions,
-    `{name}` slots of query templates); everything else goes through `Lake.sql(..., params=...)`."""
+    """`value` as a SQL string literal: only for what DuckDB cannot bind as a parameter (a view definition, such as
+    `Lake.connect`'s file lists); every value a query uses goes through `Lake.sql(..., params=...)`."""
     return "NULL" if value is None else "'" + value.replace("'", "''") + "'"
 
 

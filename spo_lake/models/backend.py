@@ -7,14 +7,16 @@ after temperature and top-p) and scores given responses by teacher forcing. Conv
 - a response's token_ids include the token that ended it (EOS, or the token completing a stop string), so
   token_ids, logprobs and `score` line up one to one; `text` is decode(token_ids) without special tokens,
   so it keeps a stop string that ended it;
-- results come back grouped by prompt: prompt 0's n samples, then prompt 1's, ...
+- results come back grouped by prompt: prompt 0's n samples, then prompt 1's, ...;
+- `sample_continuations` continues given token ids instead: a token-exact prefix (a prompt plus part of a response)
+  cannot pass through text, since re-tokenising it (and a chat template) would change it.
 """
 from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
@@ -44,6 +46,12 @@ class PolicyBackend(Protocol):
     model_id: str
     # (backend, dtype) of its forward pass: log-probs cached from one precision are not reused by another
     precision: tuple[str, str]
+    # the model's transformers tokenizer: decoding token ids, its vocabulary (spo_lake.models.tokens.tokenizer_id)
+    tokenizer: Any
+    # where the model runs (a torch.device, or vLLM's device name); str() of it is e.g. "cpu" or "cuda:0"
+    device: torch.device | str
+    # the directory or hub name it was loaded from (what another process loads), None when built from objects
+    source: str | None
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """Token ids the model is conditioned on for this prompt text (chat template applied if any)."""
@@ -62,6 +70,13 @@ class PolicyBackend(Protocol):
         seed: int = 0,
     ) -> list[SampleResult]:
         """n samples per prompt, len(prompts) * n results grouped by prompt."""
+
+    def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
+                             max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
+                             ) -> list[SampleResult]:
+        """One sampled continuation of each token-id prefix (prompt ids, then any response tokens already fixed),
+        all drawn from generators seeded by `seed`; result i continues prefixes[i] (its prompt_index is i) and its
+        token_ids are the new tokens only."""
 
     def score(
         self, prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]], batch_size: int = 16
@@ -110,6 +125,13 @@ def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if not isinstance(getattr(torch, dtype, None), torch.dtype):
         raise InputError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16'")
     return getattr(torch, dtype)
+
+
+def _check_settings(n: int, temperature: float, top_p: float, max_new_tokens: int) -> None:
+    if temperature < 0 or not 0 < top_p <= 1 or n < 1 or max_new_tokens < 1:
+        raise InputError(
+            f"bad sampling settings: n={n} temperature={temperature} top_p={top_p} max_new_tokens={max_new_tokens}"
+        )
 
 
 class TransformersPolicy:
@@ -169,10 +191,7 @@ class TransformersPolicy:
         stop: Sequence[str] | None = None,
         seed: int = 0,
     ) -> list[SampleResult]:
-        if temperature < 0 or not 0 < top_p <= 1 or n < 1 or max_new_tokens < 1:
-            raise InputError(
-                f"bad sampling settings: n={n} temperature={temperature} top_p={top_p} max_new_tokens={max_new_tokens}"
-            )
+        _check_settings(n, temperature, top_p, max_new_tokens)
         encoded = [self.encode_prompt(p) for p in prompts]
         jobs = [i for i in range(len(prompts)) for _ in range(n)]
         starts = range(0, len(jobs), self.batch_size)
@@ -187,6 +206,17 @@ class TransformersPolicy:
             )
         return results
 
+    @torch.inference_mode()
+    def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
+                             max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
+                             ) -> list[SampleResult]:
+        """See PolicyBackend. All prefixes go in one batch (the caller sizes it), drawn from one generator seeded
+        with `seed`."""
+        _check_settings(1, temperature, top_p, max_new_tokens)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        return self._sample_batch(list(range(len(prefixes))), [list(p) for p in prefixes], temperature, top_p,
+                                  max_new_tokens, list(stop or []), generator)
+
     def _sample_batch(
         self,
         prompt_indices: list[int],
@@ -197,7 +227,12 @@ class TransformersPolicy:
         stop: list[str],
         generator: torch.Generator,
     ) -> list[SampleResult]:
-        """One left-padded batch through the KV cache, one token per step for every row."""
+        """One left-padded batch through the KV cache, one token per step for every row.
+
+        A hand-written loop rather than `model.generate`, which draws from torch's global RNG: that RNG is shared by
+        every thread of the process (a rollout worker samples while the trainer steps), so samples would depend on
+        thread timing. Here every batch draws from its own seeded `generator`, and both the sampled-from and the
+        model's own log-probs of each token come out of the same step."""
         batch = len(prompt_ids)
         width = max(len(p) for p in prompt_ids)
         input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)

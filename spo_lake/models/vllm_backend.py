@@ -48,6 +48,7 @@ class VLLMPolicy:
         self.tokenizer = llm.get_tokenizer()
         self.model_id = model_id
         self.device = device
+        self.source: str | None = None  # set by from_pretrained
         self.precision = ("vllm", str(llm.llm_engine.model_config.dtype).removeprefix("torch."))
 
     @classmethod
@@ -68,9 +69,12 @@ class VLLMPolicy:
 
         memory = ({"kv_cache_memory_bytes": int(cpu_kv_cache_gib * 2**30)} if device == "cpu"
                   else {"gpu_memory_utilization": gpu_memory_utilization})
-        llm = LLM(model=resolve_model(path_or_name), dtype=dtype, seed=seed, logprobs_mode="processed_logprobs",
+        target = resolve_model(path_or_name)
+        llm = LLM(model=target, dtype=dtype, seed=seed, logprobs_mode="processed_logprobs",
                   enforce_eager=enforce_eager, **memory)
-        return cls(llm, model_id=model_id or model_identity(path_or_name), device=device)
+        policy = cls(llm, model_id=model_id or model_identity(path_or_name), device=device)
+        policy.source = target
+        return policy
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Replace the model's weights (named as in the transformers model's state_dict) and drop the KV cache of
@@ -95,14 +99,33 @@ class VLLMPolicy:
         stop: Sequence[str] | None = None,
         seed: int = 0,
     ) -> list[SampleResult]:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
+        params = self._params(temperature, top_p, max_new_tokens, stop, seed, n=n)
+        return self._generate([self.encode_prompt(p) for p in prompts], params, temperature, top_p)
 
-        params = SamplingParams(
+    def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
+                             max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
+                             ) -> list[SampleResult]:
+        """See PolicyBackend. Request i is seeded seed + i, as vLLM seeds the i-th of n samples of one request: equal
+        prefixes still get different continuations."""
+        params = [self._params(temperature, top_p, max_new_tokens, stop, seed + i) for i in range(len(prefixes))]
+        return self._generate(prefixes, params, temperature, top_p)
+
+    @staticmethod
+    def _params(temperature: float, top_p: float, max_new_tokens: int, stop: Sequence[str] | None, seed: int,
+                n: int = 1):
+        from vllm import SamplingParams
+
+        return SamplingParams(
             n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, stop=list(stop or []) or None,
             include_stop_str_in_output=True, seed=seed, logprobs=0,
         )
-        requests = [TokensPrompt(prompt_token_ids=self.encode_prompt(p)) for p in prompts]
+
+    def _generate(self, prompt_ids: Sequence[Sequence[int]], params, temperature: float,
+                  top_p: float) -> list[SampleResult]:
+        """Sample from token-id prompts; the results grouped by prompt, as `sample` returns them."""
+        from vllm.inputs import TokensPrompt
+
+        requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
         results = []
         for index, output in enumerate(self.llm.generate(requests, params, use_tqdm=False)):
             for completion in output.outputs:

@@ -56,10 +56,10 @@ class PolicySpec:
     @classmethod
     def of(cls, model: PolicyBackend) -> PolicySpec:
         backend, dtype = model.precision
-        source = getattr(model, "source", None) or model.model_id
+        source = model.source or model.model_id
         local = Path(source)  # a worker need not share this process's working directory
         return cls(str(local.resolve()) if local.exists() else source, model.model_id, backend, dtype,
-                   str(getattr(model, "device", "cpu")), getattr(model, "batch_size", None))
+                   str(model.device), getattr(model, "batch_size", None))  # batch_size: the transformers backend's
 
     def load(self) -> PolicyBackend:
         if self.backend == "transformers":

@@ -21,8 +21,6 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
-import torch
-
 from spo_lake.console import progress_bar
 from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Work
@@ -162,13 +160,9 @@ class Rollout:
 def rollouts(model: PolicyBackend, problem: Problem, prompt_ids: list[int], prefix: list[int], k: int,
              max_new_tokens: int, seed: int, options: SandboxOptions, workers: int | None = None) -> list[Rollout]:
     """k continuations of prompt + a token-level response prefix from π0 (temperature 1, top-p 1), sampled in one
-    batch and judged in the sandbox.
-
-    Text prompts cannot carry a token-exact prefix (re-tokenisation and chat templates would change it), so this
-    uses the backend's token-level batch sampler."""
-    generator = torch.Generator(device=model.device).manual_seed(seed)
-    with torch.inference_mode():
-        continuations = model._sample_batch([0] * k, [prompt_ids + prefix] * k, 1.0, 1.0, max_new_tokens, [], generator)
+    batch (from token ids: a text prompt could not carry the token-exact prefix) and judged in the sandbox."""
+    continuations = model.sample_continuations([prompt_ids + prefix] * k, temperature=1.0, top_p=1.0,
+                                               max_new_tokens=max_new_tokens, seed=seed)
     texts = [model.tokenizer.decode(prefix + c.token_ids, skip_special_tokens=True) for c in continuations]
     verdicts = judge_many([(problem, text) for text in texts], options, workers)
     return [Rollout(prefix + c.token_ids, text, c.finish_reason, v)

@@ -79,10 +79,11 @@ def _where(where: str | None) -> str:
 
 
 def prompt_solves(lake: Lake, snapshot: str | None = None, where: str | None = None,
-                  group_by: str = "all") -> pa.Table:
+                  group_by: str = "all", params: dict[str, Any] | None = None) -> pa.Table:
+    """`params` bind the `$name` placeholders of `where`."""
     if group_by not in GROUPS:
         raise InputError(f"--group-by {group_by!r}: one of {', '.join(GROUPS)}")
-    return lake.sql(PROMPT_SOLVES_SQL.format(group=GROUPS[group_by], where=_where(where)), snapshot)
+    return lake.sql(PROMPT_SOLVES_SQL.format(group=GROUPS[group_by], where=_where(where)), snapshot, params=params)
 
 
 def first_solved(lake: Lake, snapshot: str | None = None, where: str | None = None) -> pa.Table:

@@ -46,13 +46,13 @@ def batch_sources(lake: Lake, run_dir: str | Path) -> pa.Table:
             rows += [{"stream": stream.name, "kind": "online", "source": r["source"], "sequences": r["n"]}
                      for r in written]
             continue
-        query = DRAWN_SQL.format(selection=selection_sql(config.pi0_id),
+        query = DRAWN_SQL.format(selection=selection_sql(),
                                  condition=stream_condition(stream, config.algorithm == "spo"))
         size = lake.sql(f"SELECT sum(per_epoch) AS n FROM ({query})", info["snapshot"],
-                        params={"salt": "", "drawn": 0}).column("n")[0].as_py() or 0
+                        params={"salt": "", "drawn": 0, "pi0": config.pi0_id}).column("n")[0].as_py() or 0
         epochs, rest = divmod(drawn, size) if size else (0, 0)
-        salt = shuffle_salt(config.seed, epochs, stream.name)
-        for r in lake.sql(query, info["snapshot"], params={"salt": salt, "drawn": rest}).to_pylist():
+        params = {"salt": shuffle_salt(config.seed, epochs, stream.name), "drawn": rest, "pi0": config.pi0_id}
+        for r in lake.sql(query, info["snapshot"], params=params).to_pylist():
             rows.append({"stream": stream.name, "kind": "lake", "source": r["source"],
                          "sequences": epochs * r["per_epoch"] + r["in_partial_epoch"]})
     total = sum(r["sequences"] for r in rows) or 1

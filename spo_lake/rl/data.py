@@ -24,15 +24,16 @@ import torch
 
 from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Snapshot
-from spo_lake.lake.sql import CANONICAL_SQL, DEDUP_METHOD, VERDICT_SQL, sql_literal, where_clause
+from spo_lake.lake.sql import CANONICAL_SQL, DEDUP_METHOD, VERDICT_SQL, where_clause
 from spo_lake.models.backend import PolicyBackend
 from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.rl.config import StreamConfig
 from spo_lake.scores import q0_from_counts
 from spo_lake.tasks import Problem
 
-# Prompt-level Q0 counts and prefix estimates are of π0 itself: temperature 1, top-p 1 (what `spolake q0`/`pts` write).
-PI0_SAMPLES = "model_id = {pi0} AND temperature = 1.0 AND top_p = 1.0"
+# Prompt-level Q0 counts and prefix estimates are of π0 ($pi0) itself: temperature 1, top-p 1 (what `spolake q0`/`pts`
+# write).
+PI0_SAMPLES = "model_id = $pi0 AND temperature = 1.0 AND top_p = 1.0"
 
 SELECTION_SQL = """
 WITH verdicts AS ({verdicts}),
@@ -44,8 +45,8 @@ mc AS (  -- searched non-terminal positions (PTS also records S(T) = 1 at the en
     SELECT v.trajectory_id, count(DISTINCT v.position) AS n_mc
     FROM (SELECT * FROM "values" WHERE {pi0_samples}) v JOIN trajectories tt USING (trajectory_id)
     WHERE v.position > 0 AND v.position < coalesce(len(tt.token_ids), 2147483647) GROUP BY v.trajectory_id),
-pv AS (SELECT trajectory_id, count(*) AS n_pivots FROM pivots WHERE model_id = {pi0} GROUP BY trajectory_id),
-lp AS (SELECT DISTINCT trajectory_id FROM logprobs WHERE model_id = {pi0}),
+pv AS (SELECT trajectory_id, count(*) AS n_pivots FROM pivots WHERE model_id = $pi0 GROUP BY trajectory_id),
+lp AS (SELECT DISTINCT trajectory_id FROM logprobs WHERE model_id = $pi0),
 dup AS (
     SELECT d.trajectory_id FROM duplicates d JOIN ({canonical}) c USING (prompt_id, code_hash)
     WHERE d.method = '{dedup_method}' AND d.trajectory_id <> c.canonical_trajectory_id)
@@ -187,11 +188,11 @@ class StreamSettings:
     q0_prior: float = 0.0
 
 
-def selection_sql(pi0_id: str) -> str:
-    """Every trajectory with a verdict and what streams select on (SELECTION_COLUMNS), for π0 `pi0_id`."""
-    pi0 = sql_literal(pi0_id)
-    return SELECTION_SQL.format(pi0=pi0, pi0_samples=PI0_SAMPLES.format(pi0=pi0), canonical=CANONICAL_SQL,
-                                verdicts=VERDICT_SQL, dedup_method=DEDUP_METHOD)
+def selection_sql() -> str:
+    """Every trajectory with a verdict and what streams select on (SELECTION_COLUMNS), for the π0 whose model_id is
+    the parameter $pi0."""
+    return SELECTION_SQL.format(pi0_samples=PI0_SAMPLES, canonical=CANONICAL_SQL, verdicts=VERDICT_SQL,
+                                dedup_method=DEDUP_METHOD)
 
 
 def stream_condition(stream: StreamConfig, require_q0: bool) -> str:
@@ -211,15 +212,14 @@ class LakeStream:
     """An endless, deterministically shuffled stream of one stream's selection at a pinned snapshot."""
 
     def __init__(self, lake: Lake, snapshot: str | Snapshot, stream: StreamConfig, index: int,
-                 settings: StreamSettings, tokenizer: PolicyBackend):
-        self.stream, self.index, self.settings, self.tokenizer = stream, index, settings, tokenizer
-        self.tok_id = tokenizer_id(tokenizer)
+                 settings: StreamSettings, model: PolicyBackend):
+        self.stream, self.index, self.settings, self.model = stream, index, settings, model
+        self.tok_id = tokenizer_id(model)
         self.con = lake.connect(snapshot)
-        self.con.execute(f"CREATE TEMP VIEW selection AS {selection_sql(settings.pi0_id)}")
+        # The stream's rows, as a subquery (a view could not take the π0 id as a parameter).
+        self.rows_sql = f"SELECT * FROM ({selection_sql()}) WHERE {stream_condition(stream, settings.require_q0)}"
         try:
-            self.con.execute(f"CREATE TEMP VIEW stream AS SELECT * FROM selection WHERE "
-                             f"{stream_condition(stream, settings.require_q0)}")
-            self.size = self.con.sql("SELECT count(*) FROM stream").fetchall()[0][0]
+            self.size = self._sql(f"SELECT count(*) AS n FROM ({self.rows_sql})").column("n")[0].as_py()
         except duckdb.Error as exc:  # duckdb's errors name the bad column; one line is enough
             reason = str(exc).splitlines()[0]
             raise InputError(f"stream {stream.name!r}: bad `where` ({stream.where}): {reason}") from None
@@ -257,14 +257,19 @@ class LakeStream:
                 out.append(example)
         return out
 
+    def _sql(self, query: str, **params: Any) -> pa.Table:
+        """`query` on the pinned snapshot, with $pi0 bound to π0's model_id."""
+        return self.con.sql(query, params={"pi0": self.settings.pi0_id, **params}).to_arrow_table()
+
     def _fetch_page(self) -> deque[tuple[tuple[str, str], Example | None]]:
-        salt = sql_literal(shuffle_salt(self.settings.seed, self.epoch, self.stream.name))
-        after = ", ".join(sql_literal(v) for v in self.after)
-        keys = self.con.sql(f"""
+        keys = self._sql(f"""
             SELECT trajectory_id, shuffle_key, reward, q0_n, q0_success FROM (
-                SELECT trajectory_id, md5(trajectory_id || {salt}) AS shuffle_key, reward, q0_n, q0_success FROM stream)
-            WHERE (shuffle_key, trajectory_id) > ({after})
-            ORDER BY shuffle_key, trajectory_id LIMIT {self.settings.page_size}""").to_arrow_table()
+                SELECT trajectory_id, md5(trajectory_id || $salt) AS shuffle_key, reward, q0_n, q0_success
+                FROM ({self.rows_sql}))
+            WHERE (shuffle_key, trajectory_id) > ($after_key, $after_id)
+            ORDER BY shuffle_key, trajectory_id LIMIT {self.settings.page_size}""",
+            salt=shuffle_salt(self.settings.seed, self.epoch, self.stream.name), after_key=self.after[0],
+            after_id=self.after[1])
         if keys.num_rows == 0:
             return deque()
         self.con.register("page_ids", keys.select(["trajectory_id"]))
@@ -272,18 +277,17 @@ class LakeStream:
             SELECT t.trajectory_id, t.token_ids, t.tokenizer_id, t.response_text, p.*
             FROM trajectories t JOIN prompts p USING (prompt_id) WHERE t.trajectory_id IN (SELECT * FROM page_ids)
             QUALIFY row_number() OVER (PARTITION BY t.trajectory_id ORDER BY t.created_at) = 1""").to_arrow_table())
-        pi0 = sql_literal(self.settings.pi0_id)
-        cached = _by_id(self.con.sql(f"""
+        cached = _by_id(self._sql("""
             SELECT trajectory_id, tokenizer_id, token_ids, logprobs, backend, dtype FROM logprobs
-            WHERE model_id = {pi0} AND trajectory_id IN (SELECT * FROM page_ids)
-            QUALIFY row_number() OVER (PARTITION BY trajectory_id ORDER BY created_at DESC) = 1""").to_arrow_table())
-        mc = _by_id(self.con.sql(f"""
+            WHERE model_id = $pi0 AND trajectory_id IN (SELECT * FROM page_ids)
+            QUALIFY row_number() OVER (PARTITION BY trajectory_id ORDER BY created_at DESC) = 1"""))
+        mc = _by_id(self._sql(f"""
             SELECT trajectory_id, list(position ORDER BY position) AS positions,
                    list(n_success / n ORDER BY position) AS success FROM (
-                SELECT * FROM "values" WHERE {PI0_SAMPLES.format(pi0=pi0)} AND position IS NOT NULL
+                SELECT * FROM "values" WHERE {PI0_SAMPLES} AND position IS NOT NULL
                   AND trajectory_id IN (SELECT * FROM page_ids)
                 QUALIFY row_number() OVER (PARTITION BY trajectory_id, position ORDER BY n DESC, created_at DESC) = 1)
-            GROUP BY trajectory_id""").to_arrow_table()) if self.stream.mc else {}
+            GROUP BY trajectory_id""")) if self.stream.mc else {}
         self.con.unregister("page_ids")
         page = deque()
         for key in keys.to_pylist():
@@ -294,13 +298,13 @@ class LakeStream:
 
     def _example(self, key: dict, row: dict, cached: dict | None, mc: dict | None) -> Example | None:
         """The row as an Example, or None when it cannot be trained on (too long, MC targets out of range)."""
-        prompt_ids, response_ids, _ = trajectory_token_ids(self.tokenizer, self.tok_id, row)
+        prompt_ids, response_ids, _ = trajectory_token_ids(self.model, self.tok_id, row)
         if not response_ids or len(response_ids) > self.settings.max_response_tokens:
             return None
         ref = None
         if cached and cached["tokenizer_id"] == self.tok_id and list(cached["token_ids"]) == response_ids:
             # Log-probs of another precision differ by ~1e-2 nats/token: A_t would not start at 0 for lake rows.
-            if (cached["backend"], cached["dtype"]) == tuple(self.tokenizer.precision):
+            if (cached["backend"], cached["dtype"]) == tuple(self.model.precision):
                 ref = list(cached["logprobs"])
             else:
                 self.ref_recomputed += 1
@@ -337,7 +341,7 @@ def online_prompts(lake: Lake, snapshot: str | Snapshot, where: str, pi0_id: str
         rows = lake.sql(f"""
             SELECT p.prompt_id, q.n AS q0_n, q.n_success AS q0_success FROM prompts p {join} (
                 SELECT prompt_id, n, n_success FROM "values"
-                WHERE trajectory_id IS NULL AND position IS NULL AND {PI0_SAMPLES.format(pi0="$pi0")}
+                WHERE trajectory_id IS NULL AND position IS NULL AND {PI0_SAMPLES}
                 QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY n DESC, created_at DESC) = 1
             ) q USING (prompt_id) {where_clause(where)} ORDER BY p.prompt_id""", snapshot,
             params={"pi0": pi0_id}).to_pylist()

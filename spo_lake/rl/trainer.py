@@ -25,7 +25,7 @@ from spo_lake.console import progress_bar
 from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
-from spo_lake.lake.rows import new_run_id, runs_row
+from spo_lake.lake.rows import ended_status, new_run_id, runs_row
 from spo_lake.models import load_policy
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.threads import use_threads
@@ -379,8 +379,8 @@ class Trainer:
                     if ((c.checkpoint_every and self.step % c.checkpoint_every == 0) or self.step == c.steps) and main:
                         self.save_checkpoint()
         except BaseException as exc:
-            if main:  # Ctrl-C and termination signals are BaseExceptions that are not errors
-                self._runs_row("failed" if isinstance(exc, Exception) else "interrupted", info, last)
+            if main:
+                self._runs_row(ended_status(exc), info, last)
             raise
         finally:
             self.close()

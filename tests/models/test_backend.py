@@ -127,6 +127,26 @@ def test_greedy_ignores_the_seed_and_takes_the_argmax(policy, prompts):
         assert logits.argmax(-1).tolist() == r.token_ids and r.logprobs == [0.0] * len(r.token_ids)
 
 
+def test_continuations_of_token_ids_continue_exactly_the_given_prefix(policy, prompts):
+    greedy = policy.sample(prompts, temperature=0.0, max_new_tokens=MAX_NEW)
+    prefixes = [policy.encode_prompt(prompts[r.prompt_index]) + r.token_ids[:3] for r in greedy]
+    # Greedy from the prompt plus a greedy response's first 3 tokens is the rest of that response.
+    rest = policy.sample_continuations(prefixes, temperature=0.0, max_new_tokens=MAX_NEW - 3)
+    assert [r.prompt_index for r in rest] == list(range(len(prefixes)))
+    assert [r.token_ids for r in rest] == [g.token_ids[3:] for g in greedy]
+    # Sampled: equal prefixes get different continuations, the same seed the same ones, and the reported log-probs
+    # are the model's given the whole prefix.
+    def draw(seed: int):
+        return policy.sample_continuations([prefixes[0]] * 4, max_new_tokens=MAX_NEW, seed=seed)
+
+    drawn = draw(3)
+    assert len({tuple(r.token_ids) for r in drawn}) > 1
+    assert [r.token_ids for r in drawn] == [r.token_ids for r in draw(3)] != [r.token_ids for r in draw(4)]
+    scores = policy.score([prefixes[0]] * 4, [r.token_ids for r in drawn])
+    for r, fresh in zip(drawn, scores):
+        assert r.logprobs == pytest.approx(fresh, abs=1e-4) and r.policy_logprobs == pytest.approx(fresh, abs=1e-4)
+
+
 def test_tokenize_response_matches_the_prompt_encoding_and_ends_with_eos(policy, prompts):
     prompt_ids, response_ids = policy.tokenize_response(prompts[0], "(12-7)*3")
     assert prompt_ids == policy.encode_prompt(prompts[0]) and prompt_ids[0] == policy.tokenizer.bos_token_id

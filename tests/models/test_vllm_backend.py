@@ -93,6 +93,16 @@ def test_tempered_top_p_log_probs_are_those_of_the_distribution_sampled_from(vll
         assert close(r.logprobs, expected)
 
 
+def test_continuations_of_token_ids_agree_with_the_transformers_backend(vllm_policy, reference, prompts):
+    prefix = reference.encode_prompt(prompts[0]) + reference.tokenize_response(prompts[0], "(1+2")[1][:-1]
+    drawn = vllm_policy.sample_continuations([prefix] * 4, max_new_tokens=MAX_NEW_TOKENS, seed=5)
+    assert [r.prompt_index for r in drawn] == [0, 1, 2, 3] and len({tuple(r.token_ids) for r in drawn}) > 1
+    again = vllm_policy.sample_continuations([prefix] * 4, max_new_tokens=MAX_NEW_TOKENS, seed=5)
+    assert [r.token_ids for r in again] == [r.token_ids for r in drawn]
+    scored = reference.score([prefix] * 4, [r.token_ids for r in drawn])
+    assert all(close(r.logprobs, s) for r, s in zip(drawn, scored))  # given the whole token-exact prefix
+
+
 def test_load_weights_replaces_the_weights_in_place(tiny_model_dir, prompts):
     engine = VLLMPolicy.from_pretrained(str(tiny_model_dir), dtype="float32", enforce_eager=True,
                                         cpu_kv_cache_gib=0.25)

@@ -1,9 +1,11 @@
 """Lake analytics views on a real lake with known rows: exact numbers."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from spo_lake.demo.chain import _known
 from spo_lake.ingest import TRAJECTORY_FIELDS, from_records, ingest_trajectories, located
 from spo_lake.lake import Lake
 from spo_lake.pipelines.dedup import dedup
@@ -65,6 +67,19 @@ def test_solves_over_snapshots_count_prompts_solve_rates_and_distinct_programs(l
     assert (tmp_path / "solves.png").stat().st_size > 0
 
 
+def test_a_where_takes_bound_parameters_as_the_chain_demo_selects_runs(lake):
+    def counts(rows):
+        return {r["prompt_id"]: (r["samples"], r["correct"]) for r in rows}
+
+    runs = "t.run_id IN (SELECT unnest($runs::VARCHAR[]))"
+    assert counts(prompt_solves(lake, "s2", runs, params={"runs": ["r1", "it's"]}).to_pylist()) == {
+        "countdown/0/0": (2, 2), "countdown/0/2": (2, 0)}
+    # The chain demo's known solutions: the reference pass, plus the spo rollouts of the runs given (by directory)
+    assert counts(_known(lake, 0, [])) == {"countdown/0/0": (1, 0), "countdown/0/2": (3, 3)}
+    assert counts(_known(lake, 0, [Path("runs") / "r1"])) == {"countdown/0/0": (3, 2), "countdown/0/2": (5, 3)}
+    assert counts(_known(lake, 0, [Path("runs") / "r2"])) == counts(_known(lake, 0, []))
+
+
 def test_coverage_and_first_solved_per_source_and_run(lake, tmp_path):
     assert first_solved(lake, "s2", NOT_HUMAN).select(["prompt_id", "source", "run_id"]).to_pylist() == [
         {"prompt_id": "countdown/0/0", "source": "spo", "run_id": "r1"},
@@ -100,7 +115,9 @@ def test_the_report_commands_print_the_views_and_draw_them(lake, tmp_path):
     assert coverage_csv.stdout.splitlines() == ['"source","run_id","prompts_solved","first_solved"',
                                                 '"reference","p1",1,1', '"spo","r1",1,1']
     assert (tmp_path / "c.png").stat().st_size > 0
-    solves = report("solves", "--snapshots", "s1,s2", "--where", NOT_HUMAN, "--format", "csv")
+    solves = report("solves", "--snapshots", "s1,s2", "--where", NOT_HUMAN, "--format", "csv",
+                    "--png", str(tmp_path / "s.png"))
     assert solves.returncode == 0 and solves.stdout.splitlines()[1] == '"s1","all",2,1,0.5,1'
+    assert (tmp_path / "s.png").stat().st_size > 0
     bad = report("solves", "--group-by", "model")
     assert bad.returncode == 1 and "--group-by 'model': one of all, source, run_id" in bad.stderr
