@@ -1,22 +1,40 @@
 """Project-wide session fixtures.
 
-`tiny_model_dir`: the built-in tiny countdown model, built once per test session with the default (real)
-configuration, so the same build serves the quality test and every pipeline/trainer test. A finished build
-is also kept in pytest's cache directory under a key of its config and the builder's source, so a second
-session reuses it; nothing depends on that cache (delete it, or run with `-p no:cacheprovider`, and the
-model is rebuilt into a temporary directory).
+Two builds of the built-in tiny countdown model, same architecture and tokenizer recipe:
+
+- `fast_model_dir`: a short SFT (seconds to build) that loads, samples, scores, trains and checkpoints like the real
+  one but answers badly: for plumbing tests, which check what the code does with whatever the model says.
+- `tiny_model_dir`: the default (real) configuration, minutes of CPU to build: for the few tests about what the
+  model is (its pass rate, its habit, that RL beats it) and for the README tour, which keeps a default build. A
+  test that uses it must be marked `slow` (checked at collection), so `pytest -m "not slow"` never builds it.
+
+A finished build is also kept in pytest's cache directory under a key of its config and the builder's source, so a
+second session reuses it; nothing depends on that cache (delete it, or run with `-p no:cacheprovider`, and the model
+is rebuilt into a temporary directory).
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
+# About 10 % of the default schedule on an eighth of its problems: the answers are well-formed expressions, a few
+# percent of them correct at temperature 1 (the default build: 15-20 % before its sign-off habit).
+FAST_SETTINGS = dict(steps=200, warmup_steps=20, n_problems=500)
 
-def _tiny_build_key() -> str:
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = [item.nodeid for item in items
+                if "tiny_model_dir" in item.fixturenames and item.get_closest_marker("slow") is None]
+    if unmarked:
+        raise pytest.UsageError(f"tests using the trained tiny_model_dir must be marked slow: {', '.join(unmarked)}")
+
+
+def _build_key(config) -> str:
     """Changes whenever anything that shapes the built model changes: config, builder code, library versions."""
     import tokenizers
     import torch
@@ -25,28 +43,40 @@ def _tiny_build_key() -> str:
     from spo_lake.models import tiny, tiny_data
     from spo_lake.tasks import countdown
 
-    digest = hashlib.sha256(tiny.TinyConfig().hash().encode())
+    digest = hashlib.sha256(config.hash().encode())
     for module in (tiny, tiny_data, countdown):
         digest.update(Path(module.__file__).read_bytes())
     digest.update(f"{torch.__version__} {transformers.__version__} {tokenizers.__version__}".encode())
     return digest.hexdigest()[:16]
 
 
-@pytest.fixture(scope="session")
-def tiny_model_dir(request, tmp_path_factory) -> Path:
-    from spo_lake.models.tiny import build_tiny_model
+def _cached_build(request, tmp_path_factory, **settings) -> Path:
+    """The tiny model built with these TinyConfig settings (the default where not given), from pytest's cache when
+    an earlier session built it."""
+    from spo_lake.models.tiny import TinyConfig, build_tiny_model
 
+    config = TinyConfig(**settings)
     cache = getattr(request.config, "cache", None)
     if cache is None:
-        return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
-    cached = Path(cache.mkdir("spo_lake_tiny")) / _tiny_build_key()
+        return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", **asdict(config))
+    cached = Path(cache.mkdir("spo_lake_tiny")) / _build_key(config)
     if not (cached / "tiny_config.json").exists():  # written last by build_tiny_model
-        built = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+        built = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", **asdict(config))
         staging = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
         shutil.copytree(built, staging)
         shutil.rmtree(cached, ignore_errors=True)
         os.replace(staging, cached)  # atomic: a concurrent session sees either nothing or a whole model
     return cached
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(request, tmp_path_factory) -> Path:
+    return _cached_build(request, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def fast_model_dir(request, tmp_path_factory) -> Path:
+    return _cached_build(request, tmp_path_factory, **FAST_SETTINGS)
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,8 @@ def lake(tmp_path_factory) -> Lake:
 
 
 @pytest.fixture
-def model_and_tokenizer(tiny_model_dir):
-    return AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+def model_and_tokenizer(fast_model_dir):
+    return AutoModelForCausalLM.from_pretrained(fast_model_dir), AutoTokenizer.from_pretrained(fast_model_dir)
 
 
 def snapshot_weights(model) -> list[torch.Tensor]:

@@ -107,7 +107,7 @@ def interrupt(args: list[str], cwd: Path, ready: Callable[[Verb], bool]) -> Verb
 
 
 @pytest.fixture(scope="module")
-def work(tmp_path_factory, tiny_model_dir) -> Path:
+def work(tmp_path_factory, fast_model_dir) -> Path:
     """A lake with countdown prompts, reference samples and q0 values of the tiny model, the model itself as
     models/pi0, a big trajectory file, a recipe and a training config."""
     from spo_lake.ingest.datasets import ingest_dataset
@@ -117,7 +117,7 @@ def work(tmp_path_factory, tiny_model_dir) -> Path:
     from spo_lake.tasks import SandboxOptions
 
     root = tmp_path_factory.mktemp("interrupt")
-    shutil.copytree(tiny_model_dir, root / "models" / "pi0")
+    shutil.copytree(fast_model_dir, root / "models" / "pi0")
     lake = Lake.open(root / "lake", create=True)
     ingest_dataset(lake, "countdown", None, n=8, seed=0)
     ingest_dataset(lake, "countdown", None, n=8, seed=1)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2]
 SHORTEN_TRAINING = " --set steps=2"
 
@@ -22,6 +24,7 @@ def tour_script() -> str:
     return block
 
 
+@pytest.mark.slow  # `spolake model tiny` keeps only a build of the default configuration
 def test_the_readme_tour_runs_as_written(tmp_path, tiny_model_dir):
     script = tour_script()
     train = [line for line in script.splitlines() if line.startswith("spolake train ")]

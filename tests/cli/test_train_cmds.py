@@ -18,11 +18,11 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 @pytest.fixture(scope="module")
-def prepared_lake(tmp_path_factory, tiny_model_dir) -> Path:
+def prepared_lake(tmp_path_factory, fast_model_dir) -> Path:
     path = tmp_path_factory.mktemp("cli") / "lake"
     lake = Lake.init(path)
     ingest_dataset(lake, "countdown", None, n=3, seed=0)
-    q0(lake, TransformersPolicy.from_pretrained(str(tiny_model_dir)), k=2, max_new_tokens=8, show_progress=False)
+    q0(lake, TransformersPolicy.from_pretrained(str(fast_model_dir)), k=2, max_new_tokens=8, show_progress=False)
     return path
 
 
@@ -35,9 +35,9 @@ def invoke(prepared_lake, monkeypatch):
     return lambda *args: runner.invoke(app, [str(a) for a in args])
 
 
-def test_train_reads_a_toml_config_with_flag_and_set_overrides(invoke, prepared_lake, tiny_model_dir, tmp_path):
+def test_train_reads_a_toml_config_with_flag_and_set_overrides(invoke, prepared_lake, fast_model_dir, tmp_path):
     config = tmp_path / "run.toml"
-    config.write_text(f'model = "{tiny_model_dir}"\nsteps = 50\nbatch_size = 2\nmax_new_tokens = 8\n'
+    config.write_text(f'model = "{fast_model_dir}"\nsteps = 50\nbatch_size = 2\nmax_new_tokens = 8\n'
                       f'loss = "squared"\njudge_workers = 1\n')
     result = invoke("train", "--config", config, "--steps", 2, "--run-dir", tmp_path / "runs", "--run-name", "cli",
                     "--set", "lr=1e-5", "--set", "streams.online.kind=online", "--set", "streams.online.fraction=1.0",
@@ -60,20 +60,20 @@ def test_train_reads_a_toml_config_with_flag_and_set_overrides(invoke, prepared_
     (["--resume", "not-a-run"], "error: --resume not-a-run: no manifest.json there"),
     (["--set", 'prompts_where="nope = 1"'], "error: prompts_where (nope = 1):"),
 ])
-def test_train_reports_user_mistakes_in_one_line(invoke, tiny_model_dir, tmp_path, args, message):
-    result = invoke("train", "--model", tiny_model_dir, "--run-dir", tmp_path, "--quiet", *args)
+def test_train_reports_user_mistakes_in_one_line(invoke, fast_model_dir, tmp_path, args, message):
+    result = invoke("train", "--model", fast_model_dir, "--run-dir", tmp_path, "--quiet", *args)
     assert result.exit_code == 1
     assert result.output.startswith(message) and result.output.count("\n") == 1, result.output
 
 
-def test_eval_prints_pass_at_k_and_records_the_run(invoke, prepared_lake, tiny_model_dir):
-    result = invoke("eval", "--model", tiny_model_dir, "--n", 4, "--k", "1,4", "--max-new-tokens", 8,
+def test_eval_prints_pass_at_k_and_records_the_run(invoke, prepared_lake, fast_model_dir):
+    result = invoke("eval", "--model", fast_model_dir, "--n", 4, "--k", "1,4", "--max-new-tokens", 8,
                     "--where", "p.prompt_id <> 'countdown/0/2'", "--workers", 1)
     assert result.exit_code == 0, result.output
     assert "2 prompts × 4 samples: pass@1=" in result.output and "pass@4=" in result.output
     run = Lake.open(prepared_lake).sql("SELECT * FROM runs WHERE kind = 'eval' AND status = 'finished'").to_pylist()
     assert len(run) == 1 and set(json.loads(run[0]["metrics"])) >= {"pass@1", "pass@4", "eval_reward"}
-    bad = invoke("eval", "--model", tiny_model_dir, "--n", 4, "--k", "1,10")
+    bad = invoke("eval", "--model", fast_model_dir, "--n", 4, "--k", "1,10")
     assert bad.exit_code == 1 and "every k in 1..n" in bad.output
 
 

@@ -13,9 +13,9 @@ TOY = replace(QUICK, train_prompts=6, eval_prompts=4, reference_samples=1, cot_s
               pts_trajectories=1, train_steps=4, online_per_step=4, lr=1e-3, eval_every=2, eval_max_prompts=4)
 
 
-def test_chain_demo_runs_both_arms_on_copies_of_the_seed_lake_and_reports(tmp_path, tiny_model_dir):
+def test_chain_demo_runs_both_arms_on_copies_of_the_seed_lake_and_reports(tmp_path, fast_model_dir):
     for name in ("pi0", "cot"):  # the recipe keeps models that exist: no tiny-model training here
-        shutil.copytree(tiny_model_dir, tmp_path / "seed-0" / "models" / name)
+        shutil.copytree(fast_model_dir, tmp_path / "seed-0" / "models" / name)
     metrics = run_chain_demo(tmp_path, seeds=(0,), runs=2, scale=TOY, log=lambda *_: None)
 
     (seed,) = metrics["seeds"]

@@ -45,11 +45,11 @@ def read_loop(root: str, stop: threading.Event, seen: dict[str, set[int]], failu
 
 
 @pytest.mark.torture
-def test_mixed_concurrent_commands_keep_the_lake_exact(tmp_path, tiny_model_dir):
+def test_mixed_concurrent_commands_keep_the_lake_exact(tmp_path, fast_model_dir):
     lake = Lake.init(tmp_path / "lake")
     ingest_dataset(lake, "countdown", None, n=4, seed=0)
     base = lake.count("trajectories")
-    model = ["--model", str(tiny_model_dir)]
+    model = ["--model", str(fast_model_dir)]
     seen: dict[str, set[int]] = {}
     failures: list[str] = []
     stop = threading.Event()

@@ -14,8 +14,8 @@ MAX_NEW = 24
 
 
 @pytest.fixture(scope="module")
-def policy(tiny_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(tiny_model_dir), batch_size=16)
+def policy(fast_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(fast_model_dir), batch_size=16)
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +32,9 @@ def full_next_token_logits(policy: TransformersPolicy, prompt_ids: list[int], re
     return logits[len(prompt_ids) - 1 : len(prompt_ids) - 1 + len(response_ids)].float()
 
 
-def test_the_saved_model_loads_with_the_auto_classes(tiny_model_dir):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+def test_the_saved_model_loads_with_the_auto_classes(fast_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(fast_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(fast_model_dir)
     assert isinstance(model, LlamaForCausalLM)
     assert 500_000 <= sum(p.numel() for p in model.parameters()) <= 5_000_000
     assert None not in (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id)
@@ -154,10 +154,10 @@ def test_tokenize_response_matches_the_prompt_encoding_and_ends_with_eos(policy,
     assert policy.tokenizer.decode(response_ids, skip_special_tokens=True) == "(12-7)*3"
 
 
-def test_a_chat_template_is_applied_when_the_tokenizer_has_one(tiny_model_dir):
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+def test_a_chat_template_is_applied_when_the_tokenizer_has_one(fast_model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(fast_model_dir)
     tokenizer.chat_template = "{% for m in messages %}<s>User: {{ m['content'] }}\n{% endfor %}Assistant:"
-    policy = TransformersPolicy(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tokenizer, "templated")
+    policy = TransformersPolicy(AutoModelForCausalLM.from_pretrained(fast_model_dir), tokenizer, "templated")
     ids = policy.encode_prompt("make 24")
     assert ids.count(tokenizer.bos_token_id) == 1  # the template's own, not a second one
     assert tokenizer.decode(ids) == "<s>User: make 24\nAssistant:"
@@ -170,15 +170,15 @@ def test_bad_sampling_settings_are_rejected(policy, prompts):
         policy.sample(prompts, top_p=0.0)
 
 
-def test_auto_backend_falls_back_to_transformers_and_vllm_fails_clearly(tiny_model_dir):
+def test_auto_backend_falls_back_to_transformers_and_vllm_fails_clearly(fast_model_dir):
     from spo_lake.models import load_policy
     from spo_lake.models.vllm_backend import VLLMPolicy, vllm_available, vllm_device
 
     if vllm_available():
         pytest.skip("vLLM and a GPU are present: the fallback cannot be observed here")
-    assert isinstance(load_policy(str(tiny_model_dir)), TransformersPolicy)
+    assert isinstance(load_policy(str(fast_model_dir)), TransformersPolicy)
     if vllm_device() is None:  # with vLLM's CPU build it loads instead (tests/models/test_vllm_backend.py)
         with pytest.raises(RuntimeError, match="vllm"):
-            VLLMPolicy.from_pretrained(str(tiny_model_dir))
+            VLLMPolicy.from_pretrained(str(fast_model_dir))
     with pytest.raises(ValueError, match="backend"):
-        load_policy(str(tiny_model_dir), backend="tgi")
+        load_policy(str(fast_model_dir), backend="tgi")

@@ -13,9 +13,9 @@ from spo_lake.models.identity import is_local, model_identity, resolve_model
 
 
 @pytest.fixture
-def models(tmp_path, tiny_model_dir, monkeypatch):
+def models(tmp_path, fast_model_dir, monkeypatch):
     """The tiny model as ./models/pi0 of a fresh working directory."""
-    shutil.copytree(tiny_model_dir, tmp_path / "models" / "pi0")
+    shutil.copytree(fast_model_dir, tmp_path / "models" / "pi0")
     monkeypatch.chdir(tmp_path)
     return tmp_path / "models"
 

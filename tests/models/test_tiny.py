@@ -24,6 +24,7 @@ def value(expression: str) -> Fraction:
     return exact_steps(expression)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 def test_success_rate_at_temperature_one_is_a_useful_pi0(tiny_model_dir):
     prompts, _ = make_problems(200, seed=HELD_OUT_SEED)

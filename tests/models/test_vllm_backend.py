@@ -36,13 +36,13 @@ MAX_NEW_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(tiny_model_dir))
+def reference(fast_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(fast_model_dir))
 
 
 @pytest.fixture(scope="module")
-def vllm_policy(tiny_model_dir) -> VLLMPolicy:
-    return VLLMPolicy.from_pretrained(str(tiny_model_dir), dtype="float32", enforce_eager=True, cpu_kv_cache_gib=0.25)
+def vllm_policy(fast_model_dir) -> VLLMPolicy:
+    return VLLMPolicy.from_pretrained(str(fast_model_dir), dtype="float32", enforce_eager=True, cpu_kv_cache_gib=0.25)
 
 
 @pytest.fixture(scope="module")
@@ -103,10 +103,10 @@ def test_continuations_of_token_ids_agree_with_the_transformers_backend(vllm_pol
     assert all(close(r.logprobs, s) for r, s in zip(drawn, scored))  # given the whole token-exact prefix
 
 
-def test_load_weights_replaces_the_weights_in_place(tiny_model_dir, prompts):
-    engine = VLLMPolicy.from_pretrained(str(tiny_model_dir), dtype="float32", enforce_eager=True,
+def test_load_weights_replaces_the_weights_in_place(fast_model_dir, prompts):
+    engine = VLLMPolicy.from_pretrained(str(fast_model_dir), dtype="float32", enforce_eager=True,
                                         cpu_kv_cache_gib=0.25)
-    moved = TransformersPolicy.from_pretrained(str(tiny_model_dir))
+    moved = TransformersPolicy.from_pretrained(str(fast_model_dir))
     before = engine.sample(prompts, max_new_tokens=MAX_NEW_TOKENS, seed=0)
     prompt_ids = [moved.encode_prompt(prompts[r.prompt_index]) for r in before]
     torch.manual_seed(0)
@@ -117,7 +117,7 @@ def test_load_weights_replaces_the_weights_in_place(tiny_model_dir, prompts):
     assert not all(close(r.logprobs, s) for r, s in zip(before, scored))  # the old weights gave other log-probs
 
 
-def test_spo_steps_with_vllm_rollouts(reference, tiny_model_dir, tmp_path):
+def test_spo_steps_with_vllm_rollouts(reference, fast_model_dir, tmp_path):
     """4 SPO steps whose online half is sampled by vLLM: its rollouts' log-probs are those of the transformers
     policy at the version that generated them (π0 for versions 0, the step-2 checkpoint for version 2)."""
     lake = Lake.init(tmp_path / "lake")
@@ -125,7 +125,7 @@ def test_spo_steps_with_vllm_rollouts(reference, tiny_model_dir, tmp_path):
     q0(lake, reference, k=8, max_new_tokens=MAX_NEW_TOKENS, beta=0.1, show_progress=False)
     refprobs(lake, reference, where="t.source = 'human'", show_progress=False)
     lake.snapshot("base")
-    settings = dict(model=str(tiny_model_dir), run_dir=str(tmp_path / "runs"), snapshot="base", steps=4,
+    settings = dict(model=str(fast_model_dir), run_dir=str(tmp_path / "runs"), snapshot="base", steps=4,
                     batch_size=8, lr=5e-4, warmup_steps=1, beta=0.1, max_new_tokens=MAX_NEW_TOKENS,
                     model_update_interval=2, checkpoint_every=2, keep_checkpoints=2, judge_workers=1,
                     loss="squared", temperature_min=1.0, temperature_max=1.0, top_p=1.0, rollout_backend="vllm")

@@ -14,11 +14,11 @@ def one(lake: Lake, query: str) -> int:
     return lake.sql(query).column(0)[0].as_py()
 
 
-def test_two_copies_of_each_pipeline_add_what_one_would(lake_at, tiny_model_dir):  # noqa: F811 (the fixture)
+def test_two_copies_of_each_pipeline_add_what_one_would(lake_at, fast_model_dir):  # noqa: F811 (the fixture)
     root, extra, options = lake_at
     lake = Lake.init(root, storage_options=options)
     ingest_dataset(lake, "countdown", None, n=4, seed=0)  # 4 prompts and their solver's solutions
-    model = ["--model", str(tiny_model_dir)]
+    model = ["--model", str(fast_model_dir)]
 
     def twice(*cmd: str) -> list[list[str]]:
         return [list(cmd), list(cmd)]

@@ -25,8 +25,8 @@ SHORT = 12  # max_new_tokens: countdown answers are short
 
 
 @pytest.fixture(scope="module")
-def policy(tiny_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(tiny_model_dir))
+def policy(fast_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(fast_model_dir))
 
 
 def countdown_lake(path) -> Lake:
@@ -53,7 +53,9 @@ def verdicts(lake: Lake, source: str) -> list[tuple]:
         WHERE t.source = '{source}' AND e.verifier <> 'imported' ORDER BY ALL""").to_pylist()
 
 
-def test_ray_samples_and_judges_the_same_rows_as_local(ray_instance, policy, tmp_path):
+@pytest.mark.slow  # needs both verdicts among its 18 samples: 3 pass with the trained π0, 1 with the fast build
+def test_ray_samples_and_judges_the_same_rows_as_local(ray_instance, tiny_model_dir, tmp_path):
+    policy = TransformersPolicy.from_pretrained(str(tiny_model_dir))
     lakes = {kind: countdown_lake(tmp_path / kind) for kind in ("local", "ray")}
     reports = {}
     for kind, lake in lakes.items():
@@ -85,7 +87,7 @@ def test_ray_samples_and_judges_the_same_rows_as_local(ray_instance, policy, tmp
         assert judged["local"] == judged["ray"] and sorted(v["passed"] for v in judged["ray"]) == passed
 
 
-def test_q0_on_ray_from_a_recipe_counts_what_local_counts(ray_instance, policy, tiny_model_dir, tmp_path):
+def test_q0_on_ray_from_a_recipe_counts_what_local_counts(ray_instance, policy, fast_model_dir, tmp_path):
     local = countdown_lake(tmp_path / "local")
     assert q0(local, policy, k=4, max_new_tokens=SHORT, batch=5, show_progress=False).sampled == 24
     on_ray = countdown_lake(tmp_path / "ray")
@@ -95,7 +97,7 @@ def test_q0_on_ray_from_a_recipe_counts_what_local_counts(ray_instance, policy, 
 executor = "ray"
 [[steps]]
 run = "q0"
-model = "{tiny_model_dir}"
+model = "{fast_model_dir}"
 k = 4
 max_new_tokens = {SHORT}
 batch = 5
@@ -110,14 +112,14 @@ executor = "{{executor}}"
     assert config["executor"] == "ray"
 
 
-def test_cli_runs_on_its_own_ray_instance_and_rejects_a_bad_executor(tiny_model_dir, tmp_path):
+def test_cli_runs_on_its_own_ray_instance_and_rejects_a_bad_executor(fast_model_dir, tmp_path):
     """`--executor ray` starts (and shuts down) a local Ray instance of its own; a bad choice is a one-line error
     before anything is written."""
     lake = countdown_lake(tmp_path / "lake")
     runner = CliRunner()
     for args, message in [
-        (["sample", "--model", tiny_model_dir, "--executor", "spark"], "executor 'spark': one of local, ray"),
-        (["q0", "--model", tiny_model_dir, "--ray-address", "auto"], "a Ray address needs the ray executor"),
+        (["sample", "--model", fast_model_dir, "--executor", "spark"], "executor 'spark': one of local, ray"),
+        (["q0", "--model", fast_model_dir, "--ray-address", "auto"], "a Ray address needs the ray executor"),
         (["evaluate", "--executor", "dask"], "executor 'dask': one of local, ray"),
     ]:
         result = runner.invoke(app, ["--lake", str(tmp_path / "lake"), *map(str, args)])

@@ -76,8 +76,8 @@ def test_empty_response_estimates_nothing():
 
 
 @pytest.fixture(scope="module")
-def policy(tiny_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(tiny_model_dir))
+def policy(fast_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(fast_model_dir))
 
 
 def test_pts_on_the_tiny_model_writes_consistent_values_pivots_and_rollouts(countdown_lake, policy):

@@ -11,8 +11,8 @@ SHORT = 12
 
 
 @pytest.fixture(scope="module")
-def policy(tiny_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(tiny_model_dir))
+def policy(fast_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(fast_model_dir))
 
 
 def judged_counts(lake, model_id: str) -> dict[str, tuple[int, int]]:

@@ -8,8 +8,8 @@ from spo_lake.tasks import Problem
 
 
 @pytest.fixture(scope="module")
-def policy(tiny_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(tiny_model_dir))
+def policy(fast_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(fast_model_dir))
 
 
 def cached(lake) -> list[dict]:

@@ -11,8 +11,8 @@ SHORT = 12  # max_new_tokens: countdown answers are short; keeps the tests fast
 
 
 @pytest.fixture(scope="module")
-def policy(tiny_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(tiny_model_dir))
+def policy(fast_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(fast_model_dir))
 
 
 def sampled_rows(lake, where: str = "TRUE") -> list[dict]:

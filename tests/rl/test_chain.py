@@ -24,15 +24,19 @@ from spo_lake.rl.run import checkpoint_dirs, read_metrics
 STEPS = 4  # online rollouts per step: 4 (batch 8, half online)
 
 
-@pytest.fixture()
-def lake(tmp_path, tiny_model_dir) -> Lake:
+def countdown_lake(root: Path, model: Path) -> Lake:
     """4 countdown problems with solver solutions, π0's Q0 counts and cached log-probs of the solutions."""
-    policy = TransformersPolicy.from_pretrained(str(tiny_model_dir))
-    lake = Lake.init(tmp_path / "lake")
+    policy = TransformersPolicy.from_pretrained(str(model))
+    lake = Lake.init(root)
     ingest_dataset(lake, "countdown", None, n=4, seed=0)
     q0(lake, policy, k=4, max_new_tokens=16, show_progress=False)
     refprobs(lake, policy, where="t.source = 'human'", show_progress=False)
     return lake
+
+
+@pytest.fixture()
+def lake(tmp_path, fast_model_dir) -> Lake:
+    return countdown_lake(tmp_path / "lake", fast_model_dir)
 
 
 def write_config(tmp_path: Path, model: Path, steps: int = STEPS) -> Path:
@@ -87,7 +91,9 @@ def count(lake: Lake, sql: str, snapshot: str | None = None) -> int:
     return lake.sql(f"SELECT count(*) AS n FROM {sql}", snapshot).column("n")[0].as_py()
 
 
-def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(lake, tiny_model_dir, tmp_path):
+@pytest.mark.slow  # run 2's lake stream must draw run 1's correct rollouts: the fast build rarely has any
+def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(tmp_path, tiny_model_dir):
+    lake = countdown_lake(tmp_path / "lake", tiny_model_dir)
     config = write_config(tmp_path, tiny_model_dir, steps=6)
     root = tmp_path / "chains" / "c"
     # Kill the chain (and its training child) once run 2 has a checkpoint but has not finished.
@@ -153,15 +159,15 @@ def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(l
     assert csv.returncode == 0 and csv.stdout.splitlines()[0].startswith('"stream","kind","source","sequences"')
 
 
-def test_from_previous_checkpoint_trains_run_2_from_run_1s_weights_with_pi0_as_reference(lake, tiny_model_dir,
+def test_from_previous_checkpoint_trains_run_2_from_run_1s_weights_with_pi0_as_reference(lake, fast_model_dir,
                                                                                         tmp_path):
-    config = write_config(tmp_path, tiny_model_dir, steps=2)
+    config = write_config(tmp_path, fast_model_dir, steps=2)
     result = subprocess.run(chain_cmd(lake, config, 2, "--from-previous-checkpoint", "--set", "lr=1e-3"),
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads((tmp_path / "chains" / "c" / "manifest.json").read_text())["runs"]
     second = json.loads(Path(runs[1]["run_dir"], "manifest.json").read_text())["config"]
-    assert second["model"] == runs[0]["checkpoint"] and second["reference"] == str(tiny_model_dir)
+    assert second["model"] == runs[0]["checkpoint"] and second["reference"] == str(fast_model_dir)
     assert second["lr"] == 1e-3
     # the weights run 2 started from are run 1's: its rollouts of step 0 carry the checkpoint as their model
     models = lake.sql("SELECT DISTINCT model_id FROM trajectories WHERE run_id = 'c-run-2'").column(0).to_pylist()
@@ -173,18 +179,18 @@ def test_from_previous_checkpoint_trains_run_2_from_run_1s_weights_with_pi0_as_r
     assert changed.returncode != 0 and "different base_config" in changed.stderr
 
 
-def test_a_bad_between_step_is_named_with_its_line(tmp_path, tiny_model_dir):
+def test_a_bad_between_step_is_named_with_its_line(tmp_path, fast_model_dir):
     from spo_lake.chain import load_chain
 
-    config = write_config(tmp_path, tiny_model_dir)
+    config = write_config(tmp_path, fast_model_dir)
     config.write_text(config.read_text() + '\n[[chain.between]]\nrun = "dedup"\nmodel = "x"\n')
     with pytest.raises(ValueError, match=r"run.toml.*chain.between\[3\] \(dedup\): unknown key\(s\) \['model'\]"):
         load_chain(config)
 
 
-def test_a_failing_run_stops_the_chain_with_one_line_and_a_bad_config_names_its_line(lake, tiny_model_dir,
+def test_a_failing_run_stops_the_chain_with_one_line_and_a_bad_config_names_its_line(lake, fast_model_dir,
                                                                                    tmp_path):
-    config = write_config(tmp_path, tiny_model_dir)
+    config = write_config(tmp_path, fast_model_dir)
     failed = subprocess.run(chain_cmd(lake, config, 2, "--set", 'streams.lake.where="no_such_column"'),
                             capture_output=True, text=True, timeout=300)
     assert failed.returncode == 1

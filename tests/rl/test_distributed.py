@@ -38,9 +38,9 @@ RTOL, WEIGHT_ATOL = 1e-5, LR / 10
 
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory, tiny_model_dir) -> Lake:
+def lake(tmp_path_factory, fast_model_dir) -> Lake:
     """6 countdown problems, their solutions, Q0 counts and cached π0 log-probs, pinned as snapshot `base`."""
-    policy = TransformersPolicy.from_pretrained(str(tiny_model_dir))
+    policy = TransformersPolicy.from_pretrained(str(fast_model_dir))
     lake = Lake.init(tmp_path_factory.mktemp("ddp") / "lake")
     ingest_dataset(lake, "countdown", None, n=6, seed=0)
     q0(lake, policy, k=4, max_new_tokens=MAX_NEW_TOKENS, beta=BETA, show_progress=False)
@@ -81,14 +81,14 @@ def weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return load_file(checkpoint_dirs(run_dir)[-1] / "model.safetensors")
 
 
-def test_two_ranks_match_one_process_with_the_doubled_batch_and_resume(lake, tiny_model_dir, tmp_path):
-    single = Trainer(load_config(None, settings(tiny_model_dir, tmp_path / "one", False, batch_size=8,
+def test_two_ranks_match_one_process_with_the_doubled_batch_and_resume(lake, fast_model_dir, tmp_path):
+    single = Trainer(load_config(None, settings(fast_model_dir, tmp_path / "one", False, batch_size=8,
                                                  run_name="single")), lake, show_progress=False)
     single.train()
 
     # 2 ranks × 4 sequences: the first 2 steps, then --resume from their checkpoint to step 4
     runs = tmp_path / "two"
-    torchrun(lake, runs, set_args(settings(tiny_model_dir, runs, False, steps=2, run_name="ddp")))
+    torchrun(lake, runs, set_args(settings(fast_model_dir, runs, False, steps=2, run_name="ddp")))
     assert [int(c.name.split("-")[1]) for c in checkpoint_dirs(runs / "ddp")] == [2]
     torchrun(lake, runs, ["--resume", str(runs / "ddp"), "--set", "steps=4"])
 
@@ -99,7 +99,7 @@ def test_two_ranks_match_one_process_with_the_doubled_batch_and_resume(lake, tin
         assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=RTOL), (a["step"], a["grad_norm"], b["grad_norm"])
         assert b["reward/human"] == a["reward/human"] and b["response_tokens"] == a["response_tokens"]
         assert b["tokens"] == a["tokens"]
-    start, reference, ddp = (load_file(Path(tiny_model_dir) / "model.safetensors"), weights(single.run_dir),
+    start, reference, ddp = (load_file(Path(fast_model_dir) / "model.safetensors"), weights(single.run_dir),
                              weights(runs / "ddp"))
     moved = torch.cat([(reference[k] - start[k]).abs().flatten() for k in reference])
     differ = torch.cat([(reference[k] - ddp[k]).abs().flatten() for k in reference])
@@ -109,10 +109,10 @@ def test_two_ranks_match_one_process_with_the_doubled_batch_and_resume(lake, tin
     assert rows == ["running", "finished", "running", "finished"]  # one writer: a row per status, per launch
 
 
-def test_each_rank_rolls_out_its_own_share_of_the_step_prompts_and_rank_0_writes_them(lake, tiny_model_dir,
+def test_each_rank_rolls_out_its_own_share_of_the_step_prompts_and_rank_0_writes_them(lake, fast_model_dir,
                                                                                        tmp_path):
     runs = tmp_path / "online"
-    lines = settings(tiny_model_dir, runs, True, steps=2, run_name="ddp-online")
+    lines = settings(fast_model_dir, runs, True, steps=2, run_name="ddp-online")
     torchrun(lake, runs, set_args(lines))
     # resumed at step 2, every rank samples step 2 with version 1: weights rank 0 checkpointed
     torchrun(lake, runs, ["--resume", str(runs / "ddp-online"), "--set", "steps=3"])

@@ -20,10 +20,10 @@ STEPS, INTERVAL, LAG = 5, 2, 1
 
 
 @pytest.fixture(scope="module")
-def lake(tmp_path_factory, tiny_model_dir) -> Lake:
+def lake(tmp_path_factory, fast_model_dir) -> Lake:
     lake = Lake.init(tmp_path_factory.mktemp("ray-rollouts") / "lake")
     ingest_dataset(lake, "countdown", None, n=4, seed=0)
-    q0(lake, TransformersPolicy.from_pretrained(str(tiny_model_dir)), k=4, max_new_tokens=16, beta=BETA,
+    q0(lake, TransformersPolicy.from_pretrained(str(fast_model_dir)), k=4, max_new_tokens=16, beta=BETA,
        show_progress=False)
     lake.snapshot("base")
     return lake
@@ -49,8 +49,8 @@ def without_timings(rows: list[dict]) -> list[dict]:
 
 
 def test_ray_rollout_actor_follows_the_policy_versions_and_reproduces_the_local_run(ray_instance, lake,
-                                                                                   tiny_model_dir, tmp_path):
-    runs = {name: train(lake, tiny_model_dir, tmp_path, name, executor)
+                                                                                   fast_model_dir, tmp_path):
+    runs = {name: train(lake, fast_model_dir, tmp_path, name, executor)
             for name, executor in [("ray-a", "ray"), ("ray-b", "ray"), ("local", "local")]}
     # each run's actor is gone (its CPU free again); the test's Ray instance is left running
     deadline = time.monotonic() + 30
@@ -79,6 +79,6 @@ def test_ray_rollout_actor_follows_the_policy_versions_and_reproduces_the_local_
     (['executor="spark"'], "config: executor 'spark' not in ('local', 'ray')"),
     (['ray_address="auto"'], 'config: ray_address needs executor = "ray"'),
 ])
-def test_executor_keys_are_checked(tiny_model_dir, overrides, message):
+def test_executor_keys_are_checked(fast_model_dir, overrides, message):
     with pytest.raises(ValueError, match=re.escape(message)):
-        load_config(None, [f'model="{tiny_model_dir}"', *overrides])
+        load_config(None, [f'model="{fast_model_dir}"', *overrides])

@@ -47,8 +47,8 @@ def test_the_plan_of_a_step_depends_only_on_seed_and_step():
 
 
 @pytest.fixture(scope="module")
-def policy(tiny_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(tiny_model_dir))
+def policy(fast_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(fast_model_dir))
 
 
 @pytest.fixture(scope="module")

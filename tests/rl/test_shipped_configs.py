@@ -16,7 +16,8 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 STEPS = 24
-pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
+pytestmark = [pytest.mark.slow,  # "above π0" needs the trained π0
+              pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")]
 
 
 def spolake(lake: Path, *args: str) -> str:

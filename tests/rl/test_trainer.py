@@ -29,20 +29,31 @@ MAX_NEW_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def policy(tiny_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(tiny_model_dir))
+def policy(fast_model_dir) -> TransformersPolicy:
+    return TransformersPolicy.from_pretrained(str(fast_model_dir))
 
 
-@pytest.fixture(scope="module")
-def lake(tmp_path_factory, policy) -> Lake:
+def base_lake(root, policy: TransformersPolicy) -> Lake:
     """4 countdown problems, their solver solutions, Q0 counts of π0 (the real q0 pipeline), cached π0 log-probs
     of the solutions (the real refprobs pipeline), pinned as snapshot `base`."""
-    lake = Lake.init(tmp_path_factory.mktemp("trainer") / "lake")
+    lake = Lake.init(root)
     ingest_dataset(lake, "countdown", None, n=4, seed=0)
     q0(lake, policy, k=8, max_new_tokens=MAX_NEW_TOKENS, beta=BETA, show_progress=False)
     refprobs(lake, policy, where="t.source = 'human'", show_progress=False)
     lake.snapshot("base")
     return lake
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory, policy) -> Lake:
+    return base_lake(tmp_path_factory.mktemp("trainer") / "lake", policy)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny_model_dir) -> tuple[Lake, TransformersPolicy]:
+    """The same lake with the trained π0 (the fast build barely solves anything for RL to improve on)."""
+    policy = TransformersPolicy.from_pretrained(str(tiny_model_dir))
+    return base_lake(tmp_path_factory.mktemp("trained") / "lake", policy), policy
 
 
 def config_lines(model, run_dir, **extra) -> list[str]:
@@ -59,7 +70,9 @@ def without_timings(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
 
 
-def test_spo_with_a_half_lake_mix_improves_reward_and_writes_its_rollouts_back(lake, policy, tiny_model_dir, tmp_path):
+@pytest.mark.slow
+def test_spo_with_a_half_lake_mix_improves_reward_and_writes_its_rollouts_back(trained, tiny_model_dir, tmp_path):
+    lake, policy = trained
     problems = select_problems(lake, None, "base")
     settings = EvalSettings(n=16, temperature=1.0, top_p=1.0, ks=(1,), max_new_tokens=MAX_NEW_TOKENS, seed=1)
     before = evaluate_policy(policy, problems, settings).pass_at_k[1]
@@ -98,8 +111,8 @@ def test_spo_with_a_half_lake_mix_improves_reward_and_writes_its_rollouts_back(l
 CLI = "import typer; from spo_lake.cli.train_cmds import register; app = typer.Typer(); register(app); app()"
 
 
-def test_resume_after_kill_9_reproduces_the_uninterrupted_run(lake, tiny_model_dir, tmp_path):
-    lines = config_lines(str(tiny_model_dir), tmp_path, steps=12, rollout_lag=2, model_update_interval=3)
+def test_resume_after_kill_9_reproduces_the_uninterrupted_run(lake, fast_model_dir, tmp_path):
+    lines = config_lines(str(fast_model_dir), tmp_path, steps=12, rollout_lag=2, model_update_interval=3)
     uninterrupted = Trainer(load_config(None, lines + ['run_name="whole"']), lake, show_progress=False)
     uninterrupted.train()
 
@@ -127,7 +140,7 @@ def test_resume_after_kill_9_reproduces_the_uninterrupted_run(lake, tiny_model_d
     assert lake.sql(count.format("whole")).column("n")[0].as_py() == 12 * 4
 
 
-def test_cached_and_live_reference_log_probs_give_the_same_loss(lake, policy, tiny_model_dir):
+def test_cached_and_live_reference_log_probs_give_the_same_loss(lake, policy, fast_model_dir):
     settings = StreamSettings(policy.model_id, BETA, seed=0, max_response_tokens=64)
     stream = LakeStream(lake, "base", StreamConfig("human", "lake", 1.0, where="source = 'human'"), 0, settings, policy)
     examples = stream.take(6)
@@ -135,7 +148,7 @@ def test_cached_and_live_reference_log_probs_give_the_same_loss(lake, policy, ti
     cached = collate(examples, policy.pad_id)
     live = collate([type(e)(**{**vars(e), "ref_logprobs": None}) for e in examples], policy.pad_id)
     assert not live.ref_cached.any()
-    reference = TransformersPolicy.from_pretrained(str(tiny_model_dir)).model
+    reference = TransformersPolicy.from_pretrained(str(fast_model_dir)).model
     policy_lp = response_log_probs(policy.model, cached)
     losses = [spo_loss(policy_lp, reference_log_probs(reference, batch), batch.response_mask, batch.reward, batch.q0,
                        BETA, loss="ce").loss for batch in (cached, live)]
@@ -144,8 +157,8 @@ def test_cached_and_live_reference_log_probs_give_the_same_loss(lake, policy, ti
         reference_log_probs(None, live)
 
 
-def test_ppo_trains_on_its_online_rollouts_with_a_value_model(lake, tiny_model_dir, tmp_path):
-    lines = [f'model="{tiny_model_dir}"', f'run_dir="{tmp_path}"', 'snapshot="base"', 'algorithm="ppo"', "steps=3",
+def test_ppo_trains_on_its_online_rollouts_with_a_value_model(lake, fast_model_dir, tmp_path):
+    lines = [f'model="{fast_model_dir}"', f'run_dir="{tmp_path}"', 'snapshot="base"', 'algorithm="ppo"', "steps=3",
              "batch_size=4", f"max_new_tokens={MAX_NEW_TOKENS}", "temperature_min=1.0", "temperature_max=1.0",
              "top_p=1.0", "judge_workers=1", "lr=1e-4"]
     trainer = Trainer(load_config(None, lines), lake, show_progress=False)
@@ -159,11 +172,11 @@ def test_ppo_trains_on_its_online_rollouts_with_a_value_model(lake, tiny_model_d
     assert (checkpoint / "value_model.pt").exists()
 
 
-def test_ppo_at_zero_staleness_has_ratio_one_and_clips_nothing_even_with_tempered_sampling(lake, tiny_model_dir,
+def test_ppo_at_zero_staleness_has_ratio_one_and_clips_nothing_even_with_tempered_sampling(lake, fast_model_dir,
                                                                                            tmp_path):
     """π_old is the sampling policy itself, not its tempered/top-p distribution: synchronous rollouts (lag 0,
     refresh every step) at temperature 0.5 / top-p 0.9 are exactly on-policy for the first update."""
-    lines = [f'model="{tiny_model_dir}"', f'run_dir="{tmp_path}"', 'snapshot="base"', 'algorithm="ppo"', "steps=1",
+    lines = [f'model="{fast_model_dir}"', f'run_dir="{tmp_path}"', 'snapshot="base"', 'algorithm="ppo"', "steps=1",
              "batch_size=8", f"max_new_tokens={MAX_NEW_TOKENS}", "temperature_min=0.5", "temperature_max=0.5",
              "top_p=0.9", "rollout_lag=0", "judge_workers=1", "lr=1e-4", "write_back=false"]
     trainer = Trainer(load_config(None, lines), lake, show_progress=False)
@@ -174,8 +187,8 @@ def test_ppo_at_zero_staleness_has_ratio_one_and_clips_nothing_even_with_tempere
     assert first["clip_fraction"] == 0.0
 
 
-def test_evaluation_starts_at_step_0_with_pi0_on_held_out_and_training_prompts(lake, policy, tiny_model_dir, tmp_path):
-    lines = config_lines(str(tiny_model_dir), tmp_path, steps=2, write_back=False, eval_every=2, eval_n=4,
+def test_evaluation_starts_at_step_0_with_pi0_on_held_out_and_training_prompts(lake, policy, fast_model_dir, tmp_path):
+    lines = config_lines(str(fast_model_dir), tmp_path, steps=2, write_back=False, eval_every=2, eval_n=4,
                          eval_k=[1, 2], eval_where="p.prompt_id IN ('countdown/0/2', 'countdown/0/3')",
                          eval_train_where="p.prompt_id IN ('countdown/0/0', 'countdown/0/1')")
     trainer = Trainer(load_config(None, lines), lake, show_progress=False)
@@ -193,16 +206,16 @@ def test_evaluation_starts_at_step_0_with_pi0_on_held_out_and_training_prompts(l
     assert [pid for pid, _, _ in counts["train"]] == ["countdown/0/0", "countdown/0/1"]
 
 
-def test_an_empty_eval_selection_fails_before_training(lake, tiny_model_dir, tmp_path):
+def test_an_empty_eval_selection_fails_before_training(lake, fast_model_dir, tmp_path):
     for key in ("eval_where", "eval_train_where"):
-        lines = config_lines(str(tiny_model_dir), tmp_path, eval_every=2, **{key: "p.prompt_id = 'nope'"})
+        lines = config_lines(str(fast_model_dir), tmp_path, eval_every=2, **{key: "p.prompt_id = 'nope'"})
         with pytest.raises(ValueError, match=f"{key} .* selects no prompt"):
             Trainer(load_config(None, lines), lake, show_progress=False)
         assert not any(tmp_path.iterdir())  # no run directory, nothing trained
 
 
-def test_a_non_finite_gradient_skips_the_update_instead_of_poisoning_the_weights(lake, policy, tiny_model_dir, tmp_path):
-    trainer = Trainer(load_config(None, config_lines(str(tiny_model_dir), tmp_path, write_back=False)), lake,
+def test_a_non_finite_gradient_skips_the_update_instead_of_poisoning_the_weights(lake, policy, fast_model_dir, tmp_path):
+    trainer = Trainer(load_config(None, config_lines(str(fast_model_dir), tmp_path, write_back=False)), lake,
                       show_progress=False)
     settings = StreamSettings(policy.model_id, BETA, seed=0, max_response_tokens=64)
     examples = LakeStream(lake, "base", StreamConfig("human", "lake", 1.0, where="source = 'human'"), 0, settings,
@@ -217,11 +230,11 @@ def test_a_non_finite_gradient_skips_the_update_instead_of_poisoning_the_weights
     trainer.close()
 
 
-def test_the_trainer_applies_its_thread_policy(lake, tiny_model_dir, tmp_path):
+def test_the_trainer_applies_its_thread_policy(lake, fast_model_dir, tmp_path):
     before = torch.get_num_threads()
     try:
         for extra, expected in [({"threads": 1}, 1), ({}, default_threads(concurrent=2))]:
-            config = load_config(None, config_lines(str(tiny_model_dir), tmp_path, **extra))
+            config = load_config(None, config_lines(str(fast_model_dir), tmp_path, **extra))
             trainer = Trainer(config, lake, show_progress=False)
             trainer.close()
             # default: the rollout worker and the trainer each get half of the available cores
