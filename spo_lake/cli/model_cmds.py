@@ -206,7 +206,7 @@ def register(app: typer.Typer) -> None:
         # transformers, the reference backend: vLLM's continuations are checked only by the opt-in vLLM tests
         policy = load_model(model, device, "transformers", model_id)
         report = run(open_lake(), policy, k=k, threshold=threshold, where=where,
-                     s0_range=tuple(s0_range), max_new_tokens=max_new_tokens, seed=seed, options=options,
+                     s0_range=(s0_range[0], s0_range[1]), max_new_tokens=max_new_tokens, seed=seed, options=options,
                      workers=workers)
         show_report(report, format)
 

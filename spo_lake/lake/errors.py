@@ -13,7 +13,7 @@ class LakeError(UserError, RuntimeError):
     """A lake-level problem the user must fix (no lake, unknown snapshot, name taken, damaged table, ...)."""
 
 
-def delta_message(exc: BaseException) -> str:
+def delta_message(exc: BaseException | str) -> str:
     """deltalake's message without the Rust backtrace frames some errors carry, on one line."""
     lines = [ln for ln in _COLOUR.sub("", str(exc)).splitlines() if not _FRAME.match(ln)]
     return " ".join(" ".join(lines).split())

@@ -162,7 +162,9 @@ class TransformersPolicy:
             model = AutoModelForCausalLM.from_pretrained(target, dtype=_resolve_dtype(dtype))
         except (OSError, ValueError) as exc:  # what transformers raises for a directory or name it cannot load
             raise InputError(f"cannot load model {path_or_name!r}: {str(exc).splitlines()[0]}") from None
-        policy = cls(model.to(device), tokenizer, model_id=model_id or model_identity(path_or_name),
+        # transformers types its `to` wrapper as taking the model again: the stub, not the call, is wrong
+        model = model.to(device)  # type: ignore[arg-type]
+        policy = cls(model, tokenizer, model_id=model_id or model_identity(path_or_name),
                      batch_size=batch_size)
         policy.source = target  # where it was loaded from: what another process loads (model_id is an identity)
         return policy

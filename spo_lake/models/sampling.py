@@ -67,7 +67,7 @@ class _TokenLogProbs(torch.autograd.Function):
     def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, positions: int) -> torch.Tensor:
         out = torch.empty(targets.shape, dtype=torch.float32, device=logits.device)
         lse = torch.empty_like(out)
-        for index in _chunks(*targets.shape, positions):
+        for index in _chunks(targets.shape[0], targets.shape[1], positions):
             chunk = logits[index].float()
             lse[index] = torch.logsumexp(chunk, dim=-1)
             out[index] = chunk.gather(-1, targets[index].unsqueeze(-1)).squeeze(-1) - lse[index]
@@ -79,7 +79,7 @@ class _TokenLogProbs(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         logits, targets, lse = ctx.saved_tensors
         grad_logits = torch.empty_like(logits, memory_format=torch.contiguous_format)
-        for index in _chunks(*targets.shape, ctx.positions):
+        for index in _chunks(targets.shape[0], targets.shape[1], ctx.positions):
             g = grad[index].unsqueeze(-1)
             # d/dlogits (logit[target] − logsumexp) = onehot(target) − softmax
             chunk = (logits[index].float() - lse[index].unsqueeze(-1)).exp_().mul_(-g)

@@ -15,6 +15,7 @@ equals); two correct trajectories of a prompt are the same program when `spolake
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def hardest_solved(lake: Lake, snapshot: str | None = None, where: str | None = 
     return lake.sql(HARDEST_SOLVED_SQL.format(where=_where(where)), snapshot, params={"pi0": pi0, "limit": limit})
 
 
-def solves_over_snapshots(lake: Lake, snapshots: list[str], where: str | None = None,
+def solves_over_snapshots(lake: Lake, snapshots: Sequence[str | None], where: str | None = None,
                           group_by: str = "all") -> pa.Table:
     """Per snapshot (and group): prompts sampled, prompts solved, mean solve rate and mean distinct correct
     programs per sampled prompt."""

@@ -16,7 +16,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
@@ -30,6 +30,9 @@ from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.rl.config import StreamConfig
 from spo_lake.scores import q0_from_counts
 from spo_lake.tasks import Problem
+
+if TYPE_CHECKING:
+    from spo_lake.rl.rollout import OnlineSource
 
 # Prompt-level Q0 counts and prefix estimates are of π0 ($pi0) itself: temperature 1, top-p 1 (what `spolake q0`/`pts`
 # write).
@@ -289,7 +292,7 @@ class LakeStream:
                 QUALIFY row_number() OVER (PARTITION BY trajectory_id, position ORDER BY n DESC, created_at DESC) = 1)
             GROUP BY trajectory_id""")) if self.stream.mc else {}
         self.con.unregister("page_ids")
-        page = deque()
+        page: deque[tuple[tuple[str, str], Example | None]] = deque()
         for key in keys.to_pylist():
             tid = key["trajectory_id"]
             example = self._example(key, rows[tid], cached.get(tid), mc.get(tid))
@@ -375,12 +378,13 @@ class Mixer:
                  rank: int = 0, ranks: int = 1):
         self.lake_streams, self.counts, self.online_index = lake_streams, counts, online_index
         self.rank, self.ranks = rank, ranks
-        self.online_source = None
+        self.online_source: OnlineSource | None = None  # set when the trainer starts its rollout worker
 
     def draw(self, step: int) -> list[Example]:
         batch: list[Example] = []
         for index, count in enumerate(self.counts):
             if index == self.online_index:
+                assert self.online_source is not None, "the online stream is drawn before its worker started"
                 batch += self.online_source.take(step, count)
             else:
                 batch += self.lake_streams[index].take(count * self.ranks)[self.rank * count : (self.rank + 1) * count]

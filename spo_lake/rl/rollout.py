@@ -16,7 +16,7 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +29,9 @@ from spo_lake.rl.data import Example, fetch_problems, q0_or_nan
 from spo_lake.rl.distributed import World
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
 from spo_lake.tasks.judge import judge_many, verdict_row
+
+if TYPE_CHECKING:
+    from spo_lake.rl.ray_rollout import RayPolicy
 
 
 def behaviour_version(step: int, interval: int, lag: int) -> int:
@@ -139,7 +142,7 @@ class RolloutWorker(threading.Thread):
     """Generates steps start..end-1 in order into a bounded queue (at most `lag` + 1 steps ahead)."""
 
     def __init__(self, policy: TransformersPolicy, versions: PolicyVersions, settings: RolloutSettings,
-                 start: int, end: int, sampler: PolicyBackend | None = None):
+                 start: int, end: int, sampler: PolicyBackend | RayPolicy | None = None):
         super().__init__(name="rollout-worker", daemon=True)
         # The behaviour policy is a separate module whose weights are the published versions' tensors (loaded with
         # assign=True before the first sample): the trainer updates its own model while this one samples. Until then
@@ -147,7 +150,7 @@ class RolloutWorker(threading.Thread):
         # too: a fast tokenizer used from two threads at once can fail ("Already borrowed").
         shared = {id(t): t for t in [*policy.model.parameters(), *policy.model.buffers()]}
         # Or `sampler`, another backend of the same model (vLLM): it takes each version's weights the same way.
-        self.policy = sampler or TransformersPolicy(copy.deepcopy(policy.model, shared),
+        self.policy: PolicyBackend | RayPolicy = sampler or TransformersPolicy(copy.deepcopy(policy.model, shared),
                                                     copy.deepcopy(policy.tokenizer), policy.model_id)
         self.versions, self.settings, self.start_step, self.end_step = versions, settings, start, end
         self.tok_id = tokenizer_id(policy)

@@ -27,7 +27,7 @@ from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import ended_status, new_run_id, runs_row
 from spo_lake.models import load_policy
-from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.backend import PolicyBackend, TransformersPolicy
 from spo_lake.models.threads import use_threads
 from spo_lake.models.tokens import tokenizer_id
 from spo_lake.rl import run as rundir
@@ -118,9 +118,10 @@ class Trainer:
         self.value_model = ValueModel.from_pretrained(config.model, self.model.dtype, self.device) \
             if config.algorithm == "ppo" else None
         if config.gradient_checkpointing:
-            for module in (self.model, self.value_model and self.value_model.backbone):
+            for module in (self.model, self.value_model.backbone if self.value_model is not None else None):
                 if module is not None:  # transformers 5 renamed gradient_checkpointing_enable
-                    getattr(module, "activation_checkpointing_enable", module.gradient_checkpointing_enable)()
+                    new = "activation_checkpointing_enable"
+                    getattr(module, new if hasattr(module, new) else "gradient_checkpointing_enable")()
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": config.lr}]
         if self.value_model is not None:
             groups.append({"params": list(self.value_model.parameters()), "lr": config.value_lr})
@@ -181,7 +182,9 @@ class Trainer:
         self.lake_streams = {i: LakeStream(self.lake, self.snapshot, s, i, settings, self.policy)
                              for i, s in enumerate(c.streams) if s.kind == "lake"}
         online = next((i for i, s in enumerate(c.streams) if s.kind == "online"), None)
-        self.worker, self.appender, self.sampler = None, None, None
+        self.worker: RolloutWorker | None = None
+        self.appender: BufferedAppender | None = None
+        self.sampler: PolicyBackend | RayPolicy | None = None
         if online is not None:
             prompts = online_prompts(self.lake, self.snapshot, c.prompts_where, c.pi0_id, c.algorithm == "spo")
             schedule = RolloutSchedule(
@@ -210,12 +213,12 @@ class Trainer:
             self.sampler = RayPolicy(self.policy, c.rollout_backend, dtype, self.threads, c.ray_address)
         elif c.rollout_backend == "vllm":
             self.sampler = load_policy(c.model, backend="vllm", dtype=dtype)
-        self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, self.step, c.steps,
-                                    self.sampler)
+        worker = self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, self.step, c.steps,
+                                             self.sampler)
         written = written_trajectory_ids(self.lake, self.run_id) if self.resuming and self.world.main else set()
-        self.mixer.online_source = OnlineSource(self.worker, self.appender, written, self._record_rollouts,
+        self.mixer.online_source = OnlineSource(worker, self.appender, written, self._record_rollouts,
                                                 self.world, self.config.write_back)
-        self.worker.start()
+        worker.start()
 
     @property
     def reference(self) -> torch.nn.Module:
@@ -264,6 +267,7 @@ class Trainer:
             if c.algorithm == "spo":
                 loss = self._spo_loss(policy_lp, ref_lp, batch, stats)
             else:
+                assert self.value_model is not None  # built for PPO
                 loss, ppo_stats = ppo_loss(policy_lp, ref_lp, self.value_model(batch), batch, self.ppo)
                 loss = loss / c.grad_accum
                 for key, value in ppo_stats.items():
@@ -357,7 +361,7 @@ class Trainer:
             if main else None
         last: dict[str, Any] = {}
         try:
-            if c.eval_every and self.step == 0 and main:  # π0 itself: every curve starts from the same point
+            if c.eval_every and self.step == 0 and metrics_log is not None:  # π0 itself: every curve's first point
                 metrics_log.log({"step": 0, **self.evaluate()})
             self._start_worker()
             with progress_bar("loss", "reward", "tok_s", disable=not self.show_progress) as bar:
@@ -369,7 +373,7 @@ class Trainer:
                               "ref_cache_mismatch": sum(s.ref_recomputed for s in self.lake_streams.values())}
                     if c.eval_every and self.step % c.eval_every == 0 and main:
                         record.update(self.evaluate())
-                    if main:
+                    if metrics_log is not None:
                         metrics_log.log(record)
                     last.update(record)
                     reward = record.get(f"reward/{c.streams[self.online_index].name}") \
@@ -384,7 +388,7 @@ class Trainer:
             raise
         finally:
             self.close()
-            if main:
+            if metrics_log is not None:
                 metrics_log.close()
         if main:
             self._runs_row("finished", info, last)
