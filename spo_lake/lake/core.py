@@ -28,6 +28,7 @@ from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from filelock import FileLock
 
 from spo_lake.lake import doctor, inflight
 from spo_lake.lake.contracts import Contract, contract, table_names
@@ -35,7 +36,7 @@ from spo_lake.lake.errors import LakeError, delta_message
 from spo_lake.lake.inflight import Lease
 from spo_lake.lake.sql import add_missing_columns, referenced_tables, require_read_only, sql_literal
 from spo_lake.lake.store import Store
-from spo_lake.lake.writer import lake_lock, write_files
+from spo_lake.lake.writer import write_files
 
 # Time travel must outlive any snapshot: never expire log entries, and let only our keep_versions-aware vacuum
 # delete data files.
@@ -56,6 +57,7 @@ _KEY_OVERRIDES: dict[str, tuple[str, ...]] = {
     "runs": (),
 }
 COMMIT_ATTEMPTS = 30
+LOCK_FILE = "_lake.lock"
 COMPACT_BELOW_BYTES = 16 * 2**20  # Parquet files smaller than this are compacted
 COMPACT_BIN_BYTES = 256 * 2**20  # Parquet bytes rewritten per compaction commit (bounds its memory)
 
@@ -210,9 +212,17 @@ class Lake:
             dt = self.delta(c.table)
         return dt
 
-    def lock(self) -> AbstractContextManager[None]:
-        """Cross-process lock for check-then-commit sections (local lakes; object stores have no such lock)."""
-        return nullcontext() if _is_uri(self.root) else lake_lock(self.root)
+    def lock(self) -> AbstractContextManager[Any]:
+        """Exclusive lock for check-then-commit sections (ingest dedup, snapshot names, write leases and vacuum),
+        never held around plain appends. Local lakes only: object stores have no such lock.
+
+        An flock on `<lake>/_lake.lock` (the kernel drops it when the process dies). One FileLock per path
+        (`is_singleton`) whose holds are counted per thread (`thread_local`): re-entrant within a thread, while
+        another thread opens its own descriptor and waits like another process would.
+        """
+        if _is_uri(self.root):
+            return nullcontext()
+        return FileLock(os.path.join(self.root, LOCK_FILE), is_singleton=True, poll_interval=0.01)
 
     def delta(self, table: str, version: int | None = None) -> DeltaTable:
         """The deltalake DeltaTable of `table` at `version` (latest when None)."""
