@@ -342,7 +342,8 @@ class Lake:
                     staged.lease.committed(staged.table, [a.path for a in staged.actions or []])
                 if work is not None:
                     work.seen = txns[-1].version
-                return self.version(staged.table), staged.num_rows
+                dt.update_incremental()  # reads only the log entries since `dt`: a full load grows with the table
+                return dt.version(), staged.num_rows
         finally:
             if staged.owns_lease and staged.lease is not None:
                 staged.lease.release()
