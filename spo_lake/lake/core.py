@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -28,6 +27,7 @@ from deltalake import DeltaTable, Field, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
 from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+from filelock import FileLock
 
 from spo_lake.lake import doctor, inflight
 from spo_lake.lake.contracts import Contract, contract, table_names
@@ -35,7 +35,7 @@ from spo_lake.lake.errors import LakeError, delta_message
 from spo_lake.lake.inflight import Lease
 from spo_lake.lake.sql import add_missing_columns, referenced_tables, require_read_only, sql_literal
 from spo_lake.lake.store import Store
-from spo_lake.lake.writer import lake_lock, write_files
+from spo_lake.lake.writer import write_files
 
 # Time travel must outlive any snapshot: never expire log entries, and let only our keep_versions-aware vacuum
 # delete data files.
@@ -55,7 +55,10 @@ _KEY_OVERRIDES: dict[str, tuple[str, ...]] = {
     SNAPSHOTS: ("name", "deleted"),
     "runs": (),
 }
-COMMIT_ATTEMPTS = 30
+# delta-rs re-tries a commit that lost the race for its version number (no back-off needed: each loss is another
+# writer's commit landing), unless the winner conflicts with it (see `_lost_to`).
+COMMIT_RETRIES = 30
+LOCK_FILE = "_lake.lock"
 COMPACT_BELOW_BYTES = 16 * 2**20  # Parquet files smaller than this are compacted
 COMPACT_BIN_BYTES = 256 * 2**20  # Parquet bytes rewritten per compaction commit (bounds its memory)
 
@@ -210,9 +213,17 @@ class Lake:
             dt = self.delta(c.table)
         return dt
 
-    def lock(self) -> AbstractContextManager[None]:
-        """Cross-process lock for check-then-commit sections (local lakes; object stores have no such lock)."""
-        return nullcontext() if _is_uri(self.root) else lake_lock(self.root)
+    def lock(self) -> AbstractContextManager[Any]:
+        """Exclusive lock for check-then-commit sections (ingest dedup, snapshot names, write leases and vacuum),
+        never held around plain appends. Local lakes only: object stores have no such lock.
+
+        An flock on `<lake>/_lake.lock` (the kernel drops it when the process dies). One FileLock per path
+        (`is_singleton`) whose holds are counted per thread (`thread_local`): re-entrant within a thread, while
+        another thread opens its own descriptor and waits like another process would.
+        """
+        if _is_uri(self.root):
+            return nullcontext()
+        return FileLock(os.path.join(self.root, LOCK_FILE), is_singleton=True, poll_interval=0.01)
 
     def delta(self, table: str, version: int | None = None) -> DeltaTable:
         """The deltalake DeltaTable of `table` at `version` (latest when None)."""
@@ -276,32 +287,33 @@ class Lake:
         actions = write_files(self.uri(table), counted(), prefix=lease.prefix)
         return Staged(table, written, actions=actions, lease=lease, owns_lease=owns)
 
-    def commit(self, staged: Staged, *, work: Work | None = None, max_attempts: int = COMMIT_ATTEMPTS) -> int:
+    def commit(self, staged: Staged, *, work: Work | None = None) -> int:
         """Commit staged rows as one Delta append; returns the table version after it."""
-        return self._commit(staged, work, max_attempts)[0]
+        return self._commit(staged, work)[0]
 
     def commit_rows(self, staged: Staged) -> int:
         """Commit like `commit`; returns how many rows were added (rows whose key a concurrent writer committed
         first are not)."""
         return self._commit(staged)[1]
 
-    def _commit(self, staged: Staged, work: Work | None = None,
-                max_attempts: int = COMMIT_ATTEMPTS) -> tuple[int, int]:
+    def _commit(self, staged: Staged, work: Work | None = None) -> tuple[int, int]:
         """Commit `staged`: (table version after, rows added).
 
         The staged files must all still be there (checked with the lease marked `committing`). Rows whose key
         (`insert_key`) the table already holds are dropped, checked against the very version the commit is built
         on; delta-rs rejects the commit if another keyed commit (or, with `work`, another commit of the scope)
-        landed after that version, and then it is retried with jittered exponential back-off. Raises `Replan` when
-        `work`'s scope moved on since the work was planned. Staged files not committed are deleted, and a lease
-        the Staged took itself is released, whatever happens.
+        landed after that version, and then the check is redone on the new version (past any other commit that
+        landed first, delta-rs retries itself). Raises `Replan` when `work`'s scope moved on since the work was
+        planned. Staged files not committed are deleted, and a lease the Staged took itself is released, whatever
+        happens.
         """
         c, key = contract(staged.table), insert_key(staged.table)
         try:
             if staged.num_rows:
                 self._committing(staged.lease, staged.table, [a.path for a in staged.actions or []])
-            for attempt in range(max_attempts):
-                dt = self._evolve(self.delta(staged.table), c)
+            dt = self.delta(staged.table)
+            while True:
+                dt = self._evolve(dt, c)
                 apps = [_guard(staged.table)] if key else []
                 if work is not None:
                     if dt.transaction_version(work.app_id) != work.seen:
@@ -313,7 +325,7 @@ class Lake:
                 if staged.num_rows == 0:
                     return dt.version(), 0
                 txns = [Transaction(app, (dt.transaction_version(app) or 0) + 1) for app in apps]
-                props = CommitProperties(app_transactions=txns) if txns else None
+                props = CommitProperties(max_commit_retries=COMMIT_RETRIES, app_transactions=txns or None)
                 try:
                     if staged.actions is None:
                         write_deltalake(dt, staged.data, mode="append", commit_properties=props)
@@ -321,17 +333,17 @@ class Lake:
                         dt.create_write_transaction(staged.actions, mode="append", schema=dt.schema(),
                                                     commit_properties=props)
                 except CommitFailedError:
-                    if attempt == max_attempts - 1:
+                    dt = self.delta(staged.table)
+                    if not _lost_to(dt, txns):
                         self._discard(staged)
                         raise
-                    time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
-                    continue
+                    continue  # delta-rs cannot redo our key check (nor `work`'s) on the winner's rows: re-plan here
                 if staged.lease is not None:  # its discard must not delete these now
                     staged.lease.committed(staged.table, [a.path for a in staged.actions or []])
                 if work is not None:
                     work.seen = txns[-1].version
-                return self.version(staged.table), staged.num_rows
-            raise AssertionError("unreachable")
+                dt.update_incremental()  # reads only the log entries since `dt`: a full load grows with the table
+                return dt.version(), staged.num_rows
         finally:
             if staged.owns_lease and staged.lease is not None:
                 staged.lease.release()
@@ -578,11 +590,11 @@ class Lake:
         """
         return {t: self._compact(t, below_bytes) for t in tables or [*table_names(), SNAPSHOTS]}
 
-    def _compact(self, table: str, below_bytes: int, max_attempts: int = COMMIT_ATTEMPTS) -> dict[str, int]:
+    def _compact(self, table: str, below_bytes: int) -> dict[str, int]:
         c, fs = contract(table), self._filesystem(table)
         done = {"numFilesRemoved": 0, "numFilesAdded": 0}
         written: set[str] = set()
-        for attempt in range(max_attempts):
+        while True:
             dt = self._evolve(self.delta(table), c)
             files = pa.table(dt.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
             small = [f for f in files if f["size_bytes"] < below_bytes and f["path"] not in written]
@@ -605,19 +617,20 @@ class Lake:
                 # rejects it.
                 guard = Transaction(_guard(table), (dt.transaction_version(_guard(table)) or 0) + 1)
                 self._committing(lease, table, [a.path for a in adds])
+                props = CommitProperties(max_commit_retries=COMMIT_RETRIES, app_transactions=[guard])
                 try:
                     dt.create_write_transaction([*adds, *removes], mode="append", schema=dt.schema(),
-                                                commit_properties=CommitProperties(app_transactions=[guard]))
-                except CommitFailedError:  # another commit removed some of these files: re-plan from the new version
+                                                commit_properties=props)
+                except CommitFailedError:
                     for a in adds:
                         fs.delete_file(a.path)
-                    time.sleep(min(2.0, 0.01 * 2**attempt) * (0.5 + random.random()))
-                    continue
+                    if not _lost_to(self.delta(table), [guard]):
+                        raise
+                    continue  # another commit may have removed some of these files: re-plan from the new version
                 lease.committed(table, [a.path for a in adds])
             written |= {a.path for a in adds}
             done["numFilesRemoved"] += len(removes)
             done["numFilesAdded"] += len(adds)
-        return done
 
     def _filesystem(self, table: str) -> pafs.FileSystem:
         """A pyarrow filesystem rooted at `table`'s directory (delta-rs's object store for URI lakes)."""
@@ -651,6 +664,13 @@ class Lake:
                     gone |= set(dt.vacuum(retention_hours=age, full=True, **common))
                 out[t] = sorted(gone | {p.split("/", 1)[1] for p in killed if p.startswith(f"{t}/")})
         return out
+
+
+def _lost_to(dt: DeltaTable, txns: list[Transaction]) -> bool:
+    """Whether `dt` (read after a failed commit) holds another commit of one of `txns`' app ids: delta-rs rejects
+    a commit outright when one landed since its read version (ConcurrentTransaction), so each such failure is
+    another writer's progress and the commit is re-planned from `dt`; any other failure is raised."""
+    return any((dt.transaction_version(t.app_id) or 0) >= t.version for t in txns)
 
 
 def _first(batches: dict[str, Any], table: str) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Writing data files for a Delta append, and the lake's cross-process lock.
+"""Writing data files for a Delta append.
 
 Local lakes write Parquet with pyarrow (snappy, like delta-rs; encodings chosen per column for trajectory data),
 several files at once on a thread pool, and commit them as one Delta transaction of `add` actions. Until that
@@ -6,17 +6,13 @@ commit the files are invisible, so a killed writer leaves only orphan files (rem
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
-import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -90,31 +86,3 @@ def _size_and_mtime(path: str, filesystem: pafs.FileSystem | None = None) -> tup
         return st.st_size, int(st.st_mtime * 1000)
     info = filesystem.get_file_info(path)
     return info.size, int(info.mtime.timestamp() * 1000) if info.mtime else int(time.time() * 1000)
-
-
-# ---- the lake lock ---------------------------------------------------------------------------------------------
-_THREAD_LOCKS: dict[str, threading.RLock] = {}
-_DEPTH: dict[str, int] = {}
-_GUARD = threading.Lock()
-
-
-@contextmanager
-def lake_lock(root: str) -> Iterator[None]:
-    """Exclusive, re-entrant lock on a local lake across threads and processes (flock; released if killed).
-
-    Held only around check-then-commit sections (ingest dedup, snapshot names, vacuum), never around plain appends.
-    """
-    with _GUARD:
-        rlock = _THREAD_LOCKS.setdefault(root, threading.RLock())
-    with rlock:
-        outermost = _DEPTH.get(root, 0) == 0
-        _DEPTH[root] = _DEPTH.get(root, 0) + 1
-        try:
-            if outermost:
-                with open(Path(root) / "_lake.lock", "a+") as fh:  # closing the file releases the flock
-                    fcntl.flock(fh, fcntl.LOCK_EX)
-                    yield
-            else:
-                yield
-        finally:
-            _DEPTH[root] -= 1

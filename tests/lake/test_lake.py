@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import polars as pl
@@ -186,6 +189,45 @@ def test_lock_is_reentrant_within_a_process(lake):
         with lake.lock():
             lake.snapshot("inside")  # takes the lock again
     assert [s.name for s in lake.snapshots()] == ["inside"]
+
+
+def _enter_lock(root: str) -> None:
+    with Lake.locate(root).lock():
+        Path(root, "child-entered").touch()
+
+
+def test_lock_keeps_out_other_threads_and_processes_forked_meanwhile(lake):
+    """While a thread holds the lock, another thread and a process forked meanwhile wait, then both take it. (The
+    child inherits the holder's descriptor: releasing by closing it would leave the flock held by the child, and
+    a threading lock copied into the child held by no thread would hang it.)"""
+    held, release, entered = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        with lake.lock():
+            held.set()
+            release.wait()
+
+    def enter() -> None:
+        with lake.lock():
+            entered.append("thread")
+
+    threads = [threading.Thread(target=hold), threading.Thread(target=enter)]
+    threads[0].start()
+    held.wait()
+    threads[1].start()
+    child = multiprocessing.get_context("fork").Process(target=_enter_lock, args=(lake.root,))
+    child.start()
+    try:
+        time.sleep(1)
+        assert entered == [] and not Path(lake.root, "child-entered").exists()
+        release.set()
+        for t in threads:
+            t.join(timeout=30)
+        child.join(timeout=30)
+        assert entered == ["thread"] and child.exitcode == 0 and Path(lake.root, "child-entered").exists()
+    finally:
+        release.set()
+        child.kill()
 
 
 def test_a_uri_lake_goes_through_delta_rs_for_writes_and_reads(tmp_path):
