@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias, cast
 from urllib.parse import unquote
 
 import duckdb
@@ -46,7 +46,7 @@ TABLE_CONFIGURATION = {
 }
 SNAPSHOTS = "snapshots"
 DEFAULT_RETENTION_HOURS = 168  # Delta's default: a reader of a version up to a week old keeps its files
-Rows = pa.Table | pl.DataFrame | list[dict[str, Any]]
+Rows: TypeAlias = pa.Table | pl.DataFrame | list[dict[str, Any]]
 # A fact's key: a commit adds only rows whose key the table does not hold yet (insert-if-absent). The contracts'
 # keys, except where a table keeps successive rows of one thing: a `values` row is a count at some n (a new row
 # when n grows), a snapshot name has its row and its tombstone, and `runs` rows are events (plain appends).
@@ -328,10 +328,11 @@ class Lake:
                 props = CommitProperties(max_commit_retries=COMMIT_RETRIES, app_transactions=txns or None)
                 try:
                     if staged.actions is None:
+                        assert staged.data is not None  # an object-store Staged carries its rows
                         write_deltalake(dt, staged.data, mode="append", commit_properties=props)
                     else:
-                        dt.create_write_transaction(staged.actions, mode="append", schema=dt.schema(),
-                                                    commit_properties=props)
+                        dt.create_write_transaction(list[AddAction | RemoveAction](staged.actions), mode="append",
+                                                    schema=dt.schema(), commit_properties=props)
                 except CommitFailedError:
                     dt = self.delta(staged.table)
                     if not _lost_to(dt, txns):
@@ -351,16 +352,18 @@ class Lake:
     def _without_present(self, dt: DeltaTable, staged: Staged, key: tuple[str, ...]) -> Staged:
         """`staged` less the rows whose key the table holds at `dt`'s version (rewritten only if any is)."""
         if staged.actions is None:
+            assert staged.data is not None  # an object-store Staged carries its rows
             data = staged.data
         else:
             data = pa.concat_tables(pq.read_table(os.path.join(self.uri(staged.table), a.path), columns=list(key))
                                     for a in staged.actions)
-        keys = pl.from_arrow(data.select(list(key))).with_row_index("_row")
+        keys = cast(pl.DataFrame, pl.from_arrow(data.select(list(key)))).with_row_index("_row")
         first = keys.get_column(key[0]).drop_nulls().unique().to_arrow()
         held = dt.to_pyarrow_dataset().to_table(columns=list(key), filter=pc.field(key[0]).isin(first))
         if held.num_rows == 0:
             return staged
-        present = keys.join(pl.from_arrow(held).unique(), on=list(key), how="semi", nulls_equal=True)
+        present = keys.join(cast(pl.DataFrame, pl.from_arrow(held)).unique(), on=list(key), how="semi",
+                            nulls_equal=True)
         mask = pc.invert(pc.is_in(pa.array(range(data.num_rows), pa.uint32()), present.get_column("_row").to_arrow()))
         if staged.actions is None:
             kept = data.filter(mask)
@@ -417,7 +420,8 @@ class Lake:
                 if work is not None:
                     seen = self.delta(work.table).transaction_version(work.app_id)
                     if seen != work.seen:
-                        remaining = _first({t: rows for t, rows in work.replan(remaining).items() if len(rows)},
+                        planned = cast(dict[str, list[dict[str, Any]]], remaining)  # `work` rows are dict lists
+                        remaining = _first({t: rows for t, rows in work.replan(planned).items() if len(rows)},
                                            work.table)
                         work.seen = seen
                 staged = [self.stage(t, [rows], lease) for t, rows in remaining.items()]
@@ -514,7 +518,8 @@ class Lake:
         version = self.resolve(snapshot)[table] if table in table_names() else None
         files = self.files(table, version)
         if not files:
-            return pl.LazyFrame(schema=pl.from_arrow(contract(table).arrow_schema.empty_table()).schema)
+            empty = cast(pl.DataFrame, pl.from_arrow(contract(table).arrow_schema.empty_table()))
+            return pl.LazyFrame(schema=empty.schema)
         if _is_uri(self.root):
             return pl.scan_delta(self.uri(table), version=version, storage_options=self.storage_options)
         return pl.scan_parquet(files, missing_columns="insert", extra_columns="ignore")
@@ -600,7 +605,8 @@ class Lake:
             small = [f for f in files if f["size_bytes"] < below_bytes and f["path"] not in written]
             if len(small) < 2:
                 return done
-            rewrite, total = [], 0
+            rewrite: list[dict[str, Any]] = []
+            total = 0
             for f in small:  # one bin per commit bounds memory; the loop takes the next bin
                 if rewrite and total + f["size_bytes"] > COMPACT_BIN_BYTES:
                     break
@@ -656,7 +662,7 @@ class Lake:
             pinned = self.pinned_versions()
             for t, dt in loaded.items():
                 keep = sorted(pinned.get(t, set()) | {dt.version()})
-                common = dict(dry_run=dry_run, enforce_retention_duration=False, keep_versions=keep)
+                common: dict[str, Any] = dict(dry_run=dry_run, enforce_retention_duration=False, keep_versions=keep)
                 gone = set(dt.vacuum(retention_hours=int(retention_hours), full=False, **common))
                 if orphan_age_hours is not None:
                     age = max(int(retention_hours), int(orphan_age_hours),
