@@ -6,7 +6,7 @@ The config is a run config (spo_lake.rl.config) plus an optional `[chain]` table
     name = "chain"              # runs and snapshots are named <name>-run-<k>
     dir = "chains"              # <dir>/<name>/: manifest.json, configs/run-<k>.toml, runs/<name>-run-<k>/
     [[chain.between]]           # recipe steps (spo_lake.pipelines.recipe) run before run k ≥ 2 pins its snapshot
-    run = "evaluate"            # judge anything unjudged
+    run = "judge"               # judge anything unjudged
     [[chain.between]]
     run = "dedup"
     [[chain.between]]

@@ -8,7 +8,7 @@
 
 TRL calls a reward function with the prompts, the completions and every other column of the dataset as keyword
 lists; the `prompt` export carries what a verifier needs (`task`, `problem`, `tests`, limits, `prompt_metadata`).
-Every completion is judged the way `spolake evaluate` judges it: by its task's verifier, with generated code run only
+Every completion is judged the way `spolake judge` judges it: by its task's verifier, with generated code run only
 inside the sandbox (bubblewrap unless `options` says otherwise). Rewards follow the lake: 0 for a pass, -1 otherwise
 (group-normalised advantages make that the same signal as 1/0). A row whose task spo-lake does not know gets None,
 which TRL reads as "this reward function does not apply".

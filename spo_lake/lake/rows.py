@@ -48,9 +48,13 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(digest, "big") >> 1
 
 
-def sampled_id(run_id: str, prompt_id: str, index: int, *extra: Any) -> str:
-    """Trajectory id of a sampled row: unique within its run, so a crashed run's orphan facts are never re-used."""
-    return hashlib.blake2b(json.dumps([run_id, prompt_id, index, *extra]).encode(), digest_size=16).hexdigest()
+def sampled_id(scope: str, prompt_id: str, index: int, *extra: Any) -> str:
+    """Trajectory id of a sampled row, from what determines it. `scope` is a run id for a run's rollouts (unique
+    per run, so a crashed run's orphan facts are never re-used), or the sampler's identity with the response's
+    own token ids in `extra` for `sample`/`q0`: the same draw gets the same id wherever it is replayed (a rebuilt
+    lake has the same ids, so SQL that hashes ids, like a stream's shuffle, repeats too), and a fact left by a
+    crashed copy is a fact about this very response."""
+    return hashlib.blake2b(json.dumps([scope, prompt_id, index, *extra]).encode(), digest_size=16).hexdigest()
 
 
 def trajectory_row(*, trajectory_id: str, prompt_id: str, source: str, model_id: str, run_id: str,

@@ -1,4 +1,4 @@
-"""`spolake evaluate`: judge every trajectory that its task's verifier has not judged yet.
+"""`spolake judge`: judge every trajectory that its task's verifier has not judged yet.
 
 Incremental and resumable: the pending set is computed against the `evaluations` table, and verdicts are committed
 in buffered batches while the run goes on, so a killed run loses at most one buffer of work. Every selected
@@ -79,7 +79,7 @@ def evaluate(lake: Lake, *, where: str | None = None, options: SandboxOptions = 
     with (open_executor(executor, None, workers, ray_address) as running,
           BufferedAppender(lake, flush_rows=flush_rows) as out,
           progress_bar("pass_rate", disable=not show_progress) as bar):
-        task_id = bar.add_task("evaluate", total=len(todo), pass_rate="-")
+        task_id = bar.add_task("judge", total=len(todo), pass_rate="-")
         finished = 0
 
         def on_done(indices: list[int], verdicts: list[Verdict]) -> None:

@@ -4,7 +4,7 @@
   subprocess).
 - `ray`: on Ray — one rollout worker actor per worker, each loading its own copy of the model from the model's path
   (so the path must be readable on every node: a shared directory or a hub name) and judging what it sampled; plain
-  judging (`spolake evaluate`) as Ray tasks. A local Ray instance by default, or the cluster at `address`.
+  judging (`spolake judge`) as Ray tasks. A local Ray instance by default, or the cluster at `address`.
 
 The executor never changes what lands in the lake. Every rollout call carries its own seed, derived by the pipeline
 from the call's settings and its first request (spo_lake.pipelines.sample.draw), and a backend's samples depend only

@@ -9,7 +9,7 @@ trajectory's own verdict (a values row n = 1, n_success = 1); every other visite
 Writes, per searched trajectory: every visited estimate to `values`, every pivotal token to `pivots`, and the
 rollouts as `pts_rollout` trajectories with their evaluations. The values rows are committed last and mark the
 trajectory as searched, so a run killed mid-commit searches that trajectory again (its earlier rollouts stay as
-valid samples, `spolake evaluate` judging any left without a verdict; the run_id tells the two searches apart).
+valid samples, `spolake judge` judging any left without a verdict; the run_id tells the two searches apart).
 Two copies started at once search each trajectory once: whichever commits its rollouts first (`_unsearched`).
 """
 from __future__ import annotations
@@ -101,7 +101,7 @@ class PtsReport:
         skipped = (f"; skipped {self.already_searched} already searched, {self.outside_s0_range} with S0 outside the "
                    f"range, {self.no_q0} whose prompt has no q0 estimate for this model (run `spolake q0` first), "
                    f"{self.not_verified} passed only by a verdict other than their task's verifier (run `spolake "
-                   f"evaluate` first), {self.too_long} longer than max_new_tokens (their continuations could not "
+                   f"judge` first), {self.too_long} longer than max_new_tokens (their continuations could not "
                    "reach their length)")
         return (f"searched {self.searched} trajectories: {self.pivots} pivotal tokens, {self.rollouts} "
                 f"rollouts{per}{skipped}")

@@ -150,7 +150,9 @@ def _trajectory_row(model_id: str, tok_id: str, run_id: str, settings: SampleSet
     meta = {"seed": settings.seed, "call_seed": call_seed, "sample_index": request.index,
             "template": settings.template, "max_new_tokens": settings.max_new_tokens,
             "temperature_range": list(settings.temperature_range) if settings.temperature_range else None}
-    return sampled_row(result, trajectory_id=sampled_id(run_id, pid, request.index), prompt_id=pid,
+    tid = sampled_id(model_id, pid, request.index, settings.source, call_seed, request.temperature, settings.top_p,
+                     settings.max_new_tokens, settings.template, list(result.token_ids))
+    return sampled_row(result, trajectory_id=tid, prompt_id=pid,
                        source=settings.source, model_id=model_id, run_id=run_id, policy_version=0,
                        temperature=request.temperature, top_p=settings.top_p, tokenizer_id=tok_id, metadata=meta)
 

@@ -149,7 +149,7 @@ def test_ingest_stops_all_or_nothing_and_a_rerun_lands_everything(work):
 
 @pytest.mark.parametrize("verb, args, label", [
     ("dedup", [], "dedup ━"),
-    ("evaluate", ["--workers", "2"], "evaluate ━"),
+    ("judge", ["--workers", "2"], "judge ━"),
     ("refprobs", ["--model", "models/pi0"], "refprobs ━"),
     ("sample", ["--model", "models/pi0", "--n", "5000", "--max-new-tokens", "24"], "sample ━"),
     ("q0", ["--model", "models/pi0", "--k", "100000", "--max-new-tokens", "24"], "q0 ━"),
@@ -160,7 +160,7 @@ def test_ingest_stops_all_or_nothing_and_a_rerun_lands_everything(work):
                "--set", "eval_every=0", "--set", "device='cpu'"], r"spo \S+ +━"),
 ])
 def test_a_long_verb_stops_on_ctrl_c(work, verb, args, label):
-    if verb == "evaluate":
+    if verb == "judge":
         assert readable(work / "lake")["trajectories"] > BIG, "needs the unjudged rows the ingest test lands first"
     before = run_statuses(work / "lake")
     interrupt(["--lake", "lake", verb, *args], work, shows(label))
