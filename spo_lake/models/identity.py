@@ -67,6 +67,13 @@ def model_identity(name: str, revision: str | None = None) -> str:
     return f"{target}@{commit}" if commit else target
 
 
+def weights_identity(model_id: str) -> str:
+    """What names a model's weights in its `model_id`, not where they live: a local directory's fingerprint (or a
+    hub name with its commit). Sampled rows derive their ids from it, so a lake rebuilt elsewhere has the same ids."""
+    target, at, version = model_id.rpartition("@")
+    return version if at and Path(target).is_absolute() else model_id
+
+
 def fingerprint(directory: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(p for p in directory.iterdir() if p.is_file() and p.name not in NOT_CONTENT):

@@ -27,6 +27,7 @@ from spo_lake.lake import Lake, Work
 from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id, trajectory_row, values_row
 from spo_lake.lake.sql import where_clause
 from spo_lake.models.backend import PolicyBackend
+from spo_lake.models.identity import weights_identity
 from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
 from spo_lake.pipelines.q0 import latest_prompt_values
@@ -197,7 +198,7 @@ class _Searcher:
                          self.max_new_tokens - t, call_seed, self.options, self.workers)
         verifier = get_task(job.problem.task).verifier_name(job.problem)
         for i, r in enumerate(drawn):
-            rollout_id = sampled_id(self.run_id, pid, i, tid, t)
+            rollout_id = sampled_id(weights_identity(self.model.model_id), pid, i, tid, t, call_seed, r.token_ids)
             meta = {"finish_reason": r.finish_reason, "seed": self.seed, "call_seed": call_seed, "sample_index": i}
             job.rows["evaluations"].append(verdict_row(rollout_id, verifier, r.verdict))
             job.rows["trajectories"].append(trajectory_row(

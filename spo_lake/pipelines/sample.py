@@ -22,6 +22,7 @@ from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id
 from spo_lake.lake.sql import where_clause
 from spo_lake.models.backend import PolicyBackend, SampleResult
+from spo_lake.models.identity import weights_identity
 from spo_lake.models.tokens import render_prompt, sampled_row, tokenizer_id
 from spo_lake.pipelines.common import sample_quota
 from spo_lake.pipelines.executor import Call, LocalExecutor, RayExecutor, open_executor
@@ -150,8 +151,8 @@ def _trajectory_row(model_id: str, tok_id: str, run_id: str, settings: SampleSet
     meta = {"seed": settings.seed, "call_seed": call_seed, "sample_index": request.index,
             "template": settings.template, "max_new_tokens": settings.max_new_tokens,
             "temperature_range": list(settings.temperature_range) if settings.temperature_range else None}
-    tid = sampled_id(model_id, pid, request.index, settings.source, call_seed, request.temperature, settings.top_p,
-                     settings.max_new_tokens, settings.template, list(result.token_ids))
+    tid = sampled_id(weights_identity(model_id), pid, request.index, settings.source, call_seed, request.temperature,
+                     settings.top_p, settings.max_new_tokens, settings.template, list(result.token_ids))
     return sampled_row(result, trajectory_id=tid, prompt_id=pid,
                        source=settings.source, model_id=model_id, run_id=run_id, policy_version=0,
                        temperature=request.temperature, top_p=settings.top_p, tokenizer_id=tok_id, metadata=meta)

@@ -1,7 +1,10 @@
 import json
+import shutil
 
 import pytest
 
+from spo_lake.ingest.datasets import ingest_dataset
+from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.tokens import render_prompt, tokenizer_id
 from spo_lake.pipelines.sample import SampleSettings, sample
@@ -44,6 +47,20 @@ def test_sample_writes_provenance_and_behaviour_logprobs_that_match_score(countd
     for r, fresh in zip(rows, scores):
         assert r["behavior_logprobs"] == pytest.approx(fresh, abs=1e-4)
     assert {json.loads(r["metadata"])["sample_index"] for r in rows} == {0, 1}
+
+
+def test_a_rebuilt_lake_gets_the_same_trajectory_ids(tmp_path, policy):
+    """Ids come from what determines a sample (not from the run), so SQL that hashes them repeats on a rebuild."""
+    ids = []
+    for name in ("a", "b"):  # the same weights in another directory: the same draws
+        model = shutil.copytree(policy.source, tmp_path / name / "model")
+        lake = Lake.init(tmp_path / name / "lake")
+        ingest_dataset(lake, "countdown", None, n=4, seed=0)
+        sample(lake, TransformersPolicy.from_pretrained(str(model)), n=2, temperature_range=(0.1, 0.8),
+               max_new_tokens=SHORT, seed=5, show_progress=False)
+        ids.append([(r["trajectory_id"], r["response_text"], r["run_id"]) for r in sampled_rows(lake)])
+    assert [(t, text) for t, text, _ in ids[0]] == [(t, text) for t, text, _ in ids[1]] and len(ids[0]) == 8
+    assert ids[0][0][2] != ids[1][0][2]  # two runs, recorded as such
 
 
 def test_sample_resumes_instead_of_duplicating(countdown_lake, policy):
