@@ -43,19 +43,20 @@ def prepared(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("config", ["spo_countdown.toml", "ppo_countdown.toml", "spo_countdown_mc.toml"])
 def test_shipped_config_ends_above_pi0_on_its_held_out_prompts(prepared, config, tmp_path):
-    lake, model = prepared
-    if config == "spo_countdown_mc.toml":  # its header adds PTS estimates (the "mc" stream), here on a copy
-        lake = Path(shutil.copytree(lake, tmp_path / "lake"))
+    prepared_lake, model = prepared
+    lake = Path(shutil.copytree(prepared_lake, tmp_path / "lake"))  # runs write back: each config gets its own copy
+    if config == "spo_countdown_mc.toml":  # its header adds PTS estimates (the "mc" stream)
         spolake(lake, "judge", "--where", "t.source = 'human'")
         spolake(lake, "pts", "--model", str(model), "--k", "4", "--max-new-tokens", "48", "--s0-range", "0.05", "0.95",
                 "--threads", "1", "--where", "t.source = 'human' AND t.prompt_id LIKE 'countdown/0/1_'")
         assert spolake(lake, "sql", "SELECT count(*) FROM \"values\" WHERE position > 0", "--format", "csv"
                        ).split()[-1] != "0"
+    name = config.removesuffix(".toml")
     overrides = {"model": str(model), "steps": STEPS, "eval_every": STEPS, "eval_max_prompts": 30, "eval_n": 10,
-                 "checkpoint_every": 0, "run_dir": str(tmp_path), "run_name": "run", "threads": 1}
+                 "checkpoint_every": 0, "run_dir": str(tmp_path / "runs"), "run_name": name, "threads": 1}
     sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={json.dumps(value)}")]
     spolake(lake, "train", "--config", str(ROOT / "configs" / config), *sets)
-    evals = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    evals = [json.loads(line) for line in (tmp_path / "runs" / name / "metrics.jsonl").read_text().splitlines()]
     evals = [e for e in evals if "pass@1" in e]
     assert [e["step"] for e in evals] == [0, STEPS]
     pi0, trained = evals
