@@ -42,10 +42,14 @@ def test_stdio_right_program_passes_every_test():
 
 def test_stdio_stops_at_the_first_wrong_answer():
     tests = [ADD_TESTS[0], {"input": "2 2", "output": "5"}, {"input": "sleep", "output": "never run"}]
-    verdict = verify_stdio(ADD, tests, timeout_s=5)
-    assert (verdict.passed, verdict.verdict, verdict.first_failing_test, verdict.reward) == (False, "wrong_answer", 1, -1.0)
-    assert "expected '5', got '4\\n'" in verdict.detail
-    assert verdict.duration_s < 2  # the third test (which would crash on "sleep") never ran
+    sleepy = "import time\nline = input()\nif line == 'sleep':\n    time.sleep(60)\n" + ADD.replace("input()", "line")
+    for code in (ADD, sleepy):
+        verdict = verify_stdio(code, tests, timeout_s=30)
+        assert (verdict.passed, verdict.verdict, verdict.first_failing_test, verdict.reward) == \
+            (False, "wrong_answer", 1, -1.0)
+        assert "expected '5', got '4\\n'" in verdict.detail
+    # the third test never ran: it would have slept into its 30 s limit (a bound no load reaches for two tiny runs)
+    assert verdict.duration_s < 30
 
 
 @pytest.mark.parametrize("code, expected_verdict, detail", [
