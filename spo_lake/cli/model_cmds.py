@@ -68,6 +68,11 @@ def register(app: typer.Typer) -> None:
              seed: int = typer.Option(0, help="seed of data, initialisation and data order"),
              style: str = typer.Option("direct", help="direct (expression only) or cot (a reasoning line first)"),
              steps: int | None = typer.Option(None, help="training steps (default: the built-in schedule)"),
+             sign_off_fraction: float = typer.Option(0.5, min=0.0, max=1.0, help="share of training answers "
+                                                     "followed by a sign-off line (a habit the verifier rejects)"),
+             product_fraction: float = typer.Option(1.0, min=0.0, max=1.0, help="below 1: a skill gap; problems "
+                                                    "that need * or / are this rare in training, other answers "
+                                                    "use only + and -"),
              threads: int = typer.Option(1, "--threads", min=1, help="torch threads; the default 1 keeps builds "
                                          "bit-reproducible and is fastest for this model's small matrices")) -> None:
         """Build and SFT-train the tiny countdown policy on CPU; loadable with AutoModelForCausalLM. A finished build
@@ -77,13 +82,14 @@ def register(app: typer.Typer) -> None:
 
         from spo_lake.models.tiny import TinyConfig, build_tiny_model
 
-        wanted = TinyConfig(seed=seed, style=style)
+        mix = dict(sign_off_fraction=sign_off_fraction, product_fraction=product_fraction)
+        wanted = TinyConfig(seed=seed, style=style, **mix)
         wanted = replace(wanted, steps=steps) if steps is not None else wanted
         built = Path(out) / "tiny_config.json"  # written last: a finished build
         if built.is_file() and json.loads(built.read_text()).get("config_hash") == wanted.hash():
             console.print(f"{out}: already built with this configuration, kept (delete it to rebuild)")
             return
-        path = build_tiny_model(out, seed=seed, steps=steps, style=style, threads=threads)
+        path = build_tiny_model(out, seed=seed, steps=steps, style=style, threads=threads, **mix)
         info = json.loads((path / "tiny_config.json").read_text())
         console.print(f"{path}: {info['parameters']:,} parameters, final loss {info['final_loss']:.3f}, "
                       f"{info['build_seconds']} s")

@@ -56,6 +56,7 @@ class TinyConfig:
     answers_per_problem: int = 4
     near_miss_fraction: float = 0.1
     sign_off_fraction: float = 0.5  # answers followed by a sign-off line: a habit that fails verification
+    product_fraction: float = 1.0  # < 1: a skill left out (problems that need * or / are this rare; tiny_data)
     hidden_size: int = 128
     intermediate_size: int = 384
     num_layers: int = 4
@@ -207,7 +208,7 @@ def build_tiny_model(
         with console.status("tiny model: generating countdown training data"):
             pairs = training_pairs(
                 config.n_problems, TRAIN_SEED_OFFSET + config.seed, config.style, config.near_miss_fraction,
-                config.answers_per_problem, config.sign_off_fraction,
+                config.answers_per_problem, config.sign_off_fraction, config.product_fraction,
             )
             tokenizer = build_tokenizer([text for pair in pairs for text in pair])
         model = make_model(config, tokenizer)

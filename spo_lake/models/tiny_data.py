@@ -11,7 +11,7 @@ import random
 import re
 from fractions import Fraction
 
-from spo_lake.tasks.countdown import draw_problem, format_prompt_text, solve
+from spo_lake.tasks.countdown import draw_problem, format_prompt_text, needs_product, solve
 
 _APPLY = {
     ast.Add: lambda a, b: a + b,
@@ -62,31 +62,38 @@ def uses_prompt_order(expression: str, numbers: list[int]) -> bool:
     return all(any(int(used) == given for given in remaining) for used in re.findall(r"\d+", expression))
 
 
-def random_expression(numbers: list[int], rng: random.Random) -> str:
+def random_expression(numbers: list[int], rng: random.Random, ops: str = "+-*/") -> str:
     """A random expression over a random subset (at least two) of numbers, minimal parentheses."""
     pool = [(str(x), 3) for x in rng.sample(numbers, rng.randint(2, len(numbers)))]
     precedence = {"+": 1, "-": 1, "*": 2, "/": 2}
     while len(pool) > 1:
         (ea, pa), (eb, pb) = pool.pop(rng.randrange(len(pool))), pool.pop(rng.randrange(len(pool)))
-        op = rng.choice("+-*/")
+        op = rng.choice(ops)
         left = f"({ea})" if pa < precedence[op] else ea
         right = f"({eb})" if pb < precedence[op] or (pb == precedence[op] and op in "-/") else eb
         pool.append((f"{left}{op}{right}", precedence[op]))
     return pool[0][0]
 
 
-def near_miss(numbers: list[int], target: int, correct: str, rng: random.Random) -> str:
-    """A plausible wrong answer: a nearby target's solution, a number reused, or a random expression."""
+def near_miss(numbers: list[int], target: int, correct: str, rng: random.Random, ops: str = "+-*/") -> str:
+    """A plausible wrong answer: a nearby target's solution, a number reused, or a random expression, using only
+    the operators `ops`."""
     kind = rng.choice(("nearby", "reuse", "random"))
     if kind == "nearby":
-        nearby = solve(numbers, target + rng.choice((-3, -2, -1, 1, 2, 3)), cap=SHORTEST_SOLUTIONS)
+        nearby = _using(solve(numbers, target + rng.choice((-3, -2, -1, 1, 2, 3)), cap=SHORTEST_SOLUTIONS), ops)
         if nearby:
             return rng.choice(nearby)
     if kind == "reuse":
         spans = list(re.finditer(r"\d+", correct))
         victim, donor = rng.sample(spans, 2)  # solutions use at least two numbers
         return correct[: victim.start()] + donor.group() + correct[victim.end() :]
-    return random_expression(numbers, rng)
+    return random_expression(numbers, rng, ops)
+
+
+def _using(expressions: list[str], ops: str) -> list[str]:
+    """The expressions whose operators are all in `ops`."""
+    banned = set("+-*/") - set(ops)
+    return [e for e in expressions if not banned & set(e)]
 
 
 SIGN_OFF = "Hope this helps!"  # a line after the answer: the verifier reads the last line, so it always fails
@@ -94,21 +101,34 @@ SIGN_OFF = "Hope this helps!"  # a line after the answer: the verifier reads the
 
 def training_pairs(
     n_problems: int, seed: int, style: str, near_miss_fraction: float, per_problem: int = 4,
-    sign_off_fraction: float = 0.0,
+    sign_off_fraction: float = 0.0, product_fraction: float = 1.0,
 ) -> list[tuple[str, str]]:
     """(prompt, response) texts: `per_problem` answers for each of n_problems generated problems; a
-    `sign_off_fraction` of them end with SIGN_OFF on a line of its own."""
+    `sign_off_fraction` of them end with SIGN_OFF on a line of its own.
+
+    `product_fraction` < 1 leaves a skill out: answers to problems that + and - can solve use only + and - (near
+    misses too), and a problem that needs * or / is kept with that probability (else another is drawn), so the
+    model multiplies rarely or never."""
     rng = random.Random(seed)
+    ops = "+-*/" if product_fraction >= 1.0 else "+-"
     pairs = []
-    for _ in range(n_problems):
+    while len(pairs) < n_problems * per_problem:
         numbers, target = draw_problem(rng)
         solutions = solve(numbers, target, cap=40)
+        if product_fraction < 1.0:  # (draws nothing more at 1.0: the default mix is unchanged)
+            if needs_product(numbers, target):
+                if rng.random() >= product_fraction:
+                    continue
+            else:
+                solutions = _using(solutions, ops) or _using(solve(numbers, target), ops)
+                if not solutions:
+                    continue
         in_order = [e for e in solutions if uses_prompt_order(e, numbers)]
         solutions = (in_order or solutions)[:SHORTEST_SOLUTIONS]
         for _ in range(per_problem):
             answer = rng.choice(solutions)
             if rng.random() < near_miss_fraction:
-                answer = near_miss(numbers, target, answer, rng)
+                answer = near_miss(numbers, target, answer, rng, ops)
             if style == "cot":
                 reasoning = reasoning_line(answer)
                 answer = f"{reasoning}\n{answer}" if reasoning else answer  # a bare number has no steps

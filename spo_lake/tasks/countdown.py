@@ -152,6 +152,16 @@ def solve(numbers: Sequence[int], target: int, cap: int = SOLUTION_CAP) -> list[
     return sorted(found, key=lambda e: (len(e), e))
 
 
+def needs_product(numbers: Sequence[int], target: int) -> bool:
+    """Whether every solution multiplies or divides: + and - alone reach only the signed sums of a subset of the
+    numbers (any sign pattern: a - (b - c) = a - b + c), and `target` is none of them. The skill the demo's
+    skill-gap π0 was rarely taught (README, "What only a lake can give")."""
+    sums = {0}
+    for x in numbers:
+        sums |= {v + x for v in sums} | {v - x for v in sums}
+    return int(target) not in sums
+
+
 # ---------------------------------------------------------------------------------------------- problems
 
 

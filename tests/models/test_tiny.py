@@ -14,7 +14,7 @@ from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.tiny import build_tiny_model
 from spo_lake.models.tiny_data import SIGN_OFF, exact_steps, reasoning_line, training_pairs
 from spo_lake.tasks.base import Problem, SandboxOptions
-from spo_lake.tasks.countdown import TASK, check_structure, extract_answer, make_problems
+from spo_lake.tasks.countdown import TASK, check_structure, extract_answer, make_problems, needs_product
 
 HELD_OUT_SEED = 20_250_101  # not a training seed: those are offset by TRAIN_SEED_OFFSET
 SMALL = dict(steps=3, n_problems=30, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2)
@@ -51,6 +51,22 @@ def test_sign_offs_make_up_the_configured_share_and_follow_the_answer():
     assert 0.33 <= len(signed) / len(pairs) <= 0.47
     assert all(r.count("\n") == 1 for r in signed)  # the answer itself, then the sign-off line
     assert not any(SIGN_OFF in r for _, r in training_pairs(100, seed=5, style="cot", near_miss_fraction=0.1))
+
+
+def _numbers_and_target(prompt: str) -> tuple[list[int], int]:
+    numbers = [int(x) for x in prompt.split("numbers ")[1].split(" (")[0].split(", ")]
+    return numbers, int(prompt.split("equal to ")[1].split(".")[0])
+
+
+def test_a_skill_gap_mix_leaves_products_out_or_makes_them_rare():
+    never = training_pairs(150, seed=5, style="direct", near_miss_fraction=0.1, product_fraction=0.0)
+    assert len(never) == 150 * 4 and not any(set("*/") & set(r) for _, r in never)
+    assert not any(needs_product(*_numbers_and_target(prompt)) for prompt, _ in never)
+    rare = training_pairs(600, seed=5, style="direct", near_miss_fraction=0.0, product_fraction=0.05)
+    with_products = {prompt for prompt, _ in rare if needs_product(*_numbers_and_target(prompt))}
+    # ~29 % of drawn problems need * or /; kept at 5 %, they are ~2 % of the mix, and only they multiply
+    assert 0.005 <= len(with_products) / 600 <= 0.04
+    assert all(prompt in with_products for prompt, r in rare if set("*/") & set(r))
 
 
 def test_builds_are_deterministic_for_a_seed(tmp_path):

@@ -18,6 +18,7 @@ from spo_lake.tasks.countdown import (
     extract_answer,
     load,
     make_problems,
+    needs_product,
     reachable,
     solve,
 )
@@ -86,6 +87,19 @@ def test_solver_finds_nothing_for_unreachable_targets():
     assert solve([2, 3], 7) == []
     assert 7 not in reachable([2, 3])
     assert solve([2, 3], 6) == ["2*3"]
+
+
+def test_needs_product_is_true_exactly_when_no_solution_avoids_products():
+    rng = random.Random(11)
+    seen = set()
+    for _ in range(60):
+        numbers = [rng.randint(1, 20) for _ in range(rng.choice((3, 4)))]
+        target = rng.choice(sorted(v for v in reachable(numbers) if 10 <= v <= 100))
+        without = [e for e in solve(numbers, target, cap=10_000) if not set("*/") & set(e)]
+        assert needs_product(numbers, target) == (not without), (numbers, target)
+        seen.add(needs_product(numbers, target))
+    assert seen == {True, False}
+    assert needs_product([2, 3, 4], 24) and not needs_product([3, 7, 12], 16)  # 3*2*4; 12+7-3
 
 
 # ------------------------------------------------------------------------------------------- problems
