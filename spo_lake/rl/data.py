@@ -81,6 +81,7 @@ class Example:
     # log π_old: the sampling policy's own log-probs (no temperature, no top-p), PPO's ratio and KL reward
     policy_logprobs: list[float] | None = None
     policy_version: int = -1  # behaviour-policy version of an online rollout; -1 for lake data
+    group: int = -1  # GRPO: the step's online group (one prompt's samples, and lake rows injected into it)
     mc_positions: list[int] = field(default_factory=list)  # Monte-Carlo targets: after the first p tokens ...
     mc_success: list[float] = field(default_factory=list)  # ... π0 succeeds with this probability
     trajectory_id: str | None = None
