@@ -6,7 +6,8 @@ rollouts, written back to the lake under its run_id; a lake stream reads its sel
 fixed shuffled order per epoch (`DRAWN_SQL`, the order `LakeStream` reads in). So the sequences a lake stream drew in
 S steps are the first count·S of that order, and their sources follow. Exact for single-process runs whose lake
 streams skipped no row (`lake_rows_skipped` in metrics.jsonl, shown as `skipped`; a skipped row, one longer than
-max_response_tokens, takes its place in the order but not in the batch).
+max_response_tokens, takes its place in the order but not in the batch). Not covered: GRPO's `inject` streams (rows
+chosen per group and step, not from one order) and the SFT phase of SFT→GRPO; their rows are not listed.
 """
 from __future__ import annotations
 
@@ -35,10 +36,12 @@ def batch_sources(lake: Lake, run_dir: str | Path) -> pa.Table:
     run_dir = Path(run_dir)
     info = json.loads((run_dir / "manifest.json").read_text())
     config = config_from_dict(info["config"])
-    steps = [m for m in read_metrics(run_dir) if "loss" in m]
+    steps = [m for m in read_metrics(run_dir) if "loss" in m and m.get("phase") != "sft"]
     skipped = steps[-1].get("lake_rows_skipped", 0) if steps else 0
     rows = []
     for stream, count in zip(config.streams, stream_counts(config)):
+        if stream.inject:
+            continue
         drawn = count * len(steps)
         if stream.kind == "online":
             written = lake.sql("SELECT source, count(*) AS n FROM trajectories WHERE run_id = $run GROUP BY source "

@@ -2,7 +2,7 @@
 
 ```toml
 model = "runs/tiny"                 # policy to train (and π0 unless `reference` is set)
-algorithm = "spo"                   # spo | ppo
+algorithm = "spo"                   # spo | ppo | grpo (docs/algorithms.md)
 steps = 200
 [[streams]]                         # what each batch is made of, by fraction
 name = "online"
@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from spo_lake.errors import InputError
+from spo_lake.rl.grpo_math import LOSS_TYPES, SCALE_REWARDS
 from spo_lake.rl.losses import LOSSES, OBJECTIVES
 from spo_lake.scores import PAPER_BETA
 
-ALGORITHMS = ("spo", "ppo")
+ALGORITHMS = ("spo", "ppo", "grpo")
 STREAM_KINDS = ("online", "lake")
 
 
@@ -46,6 +47,9 @@ class StreamConfig:
     objective: str = ""  # SPO objective for this stream's sequences; "" = the run's
     loss: str = ""  # "" = the run's
     mc: bool = False  # lake: only trajectories with Monte-Carlo prefix estimates, regressed at those positions
+    # lake, GRPO: rows of each online group's own prompt join that group (count / groups per group, fewer when the
+    # prompt has fewer), scored by the group's sampling policy (docs/algorithms.md)
+    inject: bool = False
 
 
 @dataclass
@@ -77,7 +81,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     # online rollouts
-    model_update_interval: int = 10  # behaviour policy refreshed every this many steps (PPO: forced to 1)
+    model_update_interval: int = 10  # behaviour policy refreshed every this many steps (PPO, GRPO: forced to 1)
     rollout_lag: int = 1  # steps a rollout's policy may trail the trainer: 0 = synchronous, 1 = overlapped
     samples_per_prompt: int = 1
     temperature_min: float = 0.1  # rollout temperature ~ U(min, max), one draw per step
@@ -102,6 +106,13 @@ class TrainConfig:
     lam: float = 0.95
     clip_eps: float = 0.2
     value_coef: float = 0.5
+    # GRPO (DeepSeekMath eq. 3, TRL's defaults; clip_eps above is its ε): group = the samples_per_prompt rollouts of
+    # one prompt, plus the rows an `inject` stream adds to it
+    grpo_kl_coef: float = 0.0  # coefficient of the k3 KL[πθ‖π0] term (TRL's `beta`); 0 = none, π0 never loaded
+    scale_rewards: str = "group"  # advantages divided by the std of the group | batch | none
+    loss_type: str = "dapo"  # token losses / the batch's tokens (dapo) | per-sequence means (grpo) | dr_grpo
+    sft_steps: int = 0  # GRPO: the first this many steps are SFT on `sft_where` lake rows, then GRPO
+    sft_where: str = ""  # SQL over the selection (as a stream's `where`): the SFT rows
     # evaluation (pass@k on held-out prompts)
     eval_every: int = 0  # steps; 0 = never during training
     eval_where: str = ""  # SQL over `prompts`: held-out prompts (also evaluated at step 0: π0's own figures)
@@ -135,7 +146,7 @@ class TrainConfig:
 
     @property
     def behaviour_interval(self) -> int:
-        return 1 if self.algorithm == "ppo" else self.model_update_interval
+        return 1 if self.algorithm in ("ppo", "grpo") else self.model_update_interval
 
     def stream_objective(self, stream: StreamConfig) -> tuple[str, str]:
         return stream.objective or self.objective, stream.loss or self.loss
@@ -184,7 +195,9 @@ def validate(c: TrainConfig) -> TrainConfig:
         where = f"config: stream {s.name!r}"
         _check(s.kind in STREAM_KINDS, f"{where}: kind {s.kind!r} not in {STREAM_KINDS}")
         _check(s.fraction > 0, f"{where}: fraction must be > 0")
-        _check(not (s.kind == "online" and (s.where or s.mc)), f"{where}: `where` and `mc` apply to lake streams only")
+        _check(not (s.kind == "online" and (s.where or s.mc or s.inject)),
+               f"{where}: `where`, `mc` and `inject` apply to lake streams only")
+        _check(not (s.inject and s.mc), f"{where}: an `inject` stream has no Monte-Carlo targets (`mc`)")
         objective, loss = c.stream_objective(s)
         _check(objective in OBJECTIVES, f"{where}: objective {objective!r} not in {OBJECTIVES}")
         _check(loss in LOSSES, f"{where}: loss {loss!r} not in {LOSSES}")
@@ -196,7 +209,40 @@ def validate(c: TrainConfig) -> TrainConfig:
     _check(online % c.samples_per_prompt == 0,
            f"config: the online share of a batch ({online}) is not divisible by "
            f"samples_per_prompt {c.samples_per_prompt}")
+    _validate_grpo(c, online)
     return c
+
+
+def _validate_grpo(c: TrainConfig, online: int) -> None:
+    grpo = c.algorithm == "grpo"
+    injected = [s for s in c.streams if s.inject]
+    _check(grpo or not injected, "config: `inject` streams are for algorithm = \"grpo\"")
+    _check(grpo or not (c.sft_steps or c.sft_where), "config: sft_steps and sft_where are for algorithm = \"grpo\"")
+    _check(grpo or not c.grpo_kl_coef, "config: grpo_kl_coef is for algorithm = \"grpo\" (PPO's KL weight is `beta`)")
+    _check(c.scale_rewards in SCALE_REWARDS, f"config: scale_rewards {c.scale_rewards!r} not in {SCALE_REWARDS}")
+    _check(c.loss_type in LOSS_TYPES, f"config: loss_type {c.loss_type!r} not in {LOSS_TYPES}")
+    _check(c.grpo_kl_coef >= 0, f"config: grpo_kl_coef must be >= 0, got {c.grpo_kl_coef}")
+    _check(0 <= c.sft_steps < c.steps, f"config: sft_steps must lie in 0..steps-1={c.steps - 1}, got {c.sft_steps}")
+    _check(bool(c.sft_where) == bool(c.sft_steps), "config: sft_steps > 0 and sft_where go together")
+    if not grpo:
+        return
+    _check(all(s.kind == "online" or s.inject for s in c.streams),
+           "config: GRPO trains on online groups (one online stream) and the lake rows an `inject` stream adds to them")
+    _check(online > 0, "config: GRPO needs an online stream")
+    _check(len(injected) <= 1, "config: at most one `inject` stream")
+    groups = online // c.samples_per_prompt
+    per_group = sum(count for s, count in zip(c.streams, stream_counts(c)) if s.inject) / groups
+    _check(per_group == int(per_group), f"config: an `inject` stream's share of a batch must be a multiple of the "
+                                        f"{groups} groups (prompts) per batch")
+    _check(c.samples_per_prompt + per_group >= 2,
+           "config: a GRPO group needs >= 2 sequences (samples_per_prompt, plus injected rows)")
+
+
+def inject_per_group(c: TrainConfig) -> int:
+    """Lake rows an `inject` stream adds to each online group (0 without one)."""
+    counts = stream_counts(c)
+    online = sum(n for s, n in zip(c.streams, counts) if s.kind == "online")
+    return sum(n for s, n in zip(c.streams, counts) if s.inject) // (online // c.samples_per_prompt) if online else 0
 
 
 def stream_counts(c: TrainConfig) -> list[int]:

@@ -81,6 +81,7 @@ class Example:
     # log π_old: the sampling policy's own log-probs (no temperature, no top-p), PPO's ratio and KL reward
     policy_logprobs: list[float] | None = None
     policy_version: int = -1  # behaviour-policy version of an online rollout; -1 for lake data
+    group: int = -1  # GRPO: the step's online group (one prompt's samples, and lake rows injected into it)
     mc_positions: list[int] = field(default_factory=list)  # Monte-Carlo targets: after the first p tokens ...
     mc_success: list[float] = field(default_factory=list)  # ... π0 succeeds with this probability
     trajectory_id: str | None = None
@@ -273,8 +274,31 @@ class LakeStream:
             ORDER BY shuffle_key, trajectory_id LIMIT {self.settings.page_size}""",
             salt=shuffle_salt(self.settings.seed, self.epoch, self.stream.name), after_key=self.after[0],
             after_id=self.after[1])
+        return deque(self._examples(keys))
+
+    def take_for(self, step: int, prompt_ids: Sequence[str], k: int) -> dict[str, list[Example]]:
+        """Up to k rows of each prompt (GRPO injection): the first k of the prompt's rows in a hash order drawn
+        afresh each step, so a step's choice depends on (seed, step) alone and a resumed run repeats it."""
+        self.con.register("wanted", pa.table({"prompt_id": sorted(set(prompt_ids))}))
+        keys = self._sql(f"""
+            SELECT trajectory_id, shuffle_key, reward, q0_n, q0_success FROM (
+                SELECT trajectory_id, prompt_id, md5(trajectory_id || $salt) AS shuffle_key, reward, q0_n, q0_success
+                FROM ({self.rows_sql}) WHERE prompt_id IN (SELECT prompt_id FROM wanted))
+            QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY shuffle_key, trajectory_id) <= {int(k)}
+            ORDER BY shuffle_key, trajectory_id""", salt=shuffle_salt(self.settings.seed, step, self.stream.name))
+        self.con.unregister("wanted")
+        out: dict[str, list[Example]] = {}
+        for _, example in self._examples(keys):
+            if example is None:
+                self.skipped += 1
+            else:
+                out.setdefault(example.prompt_id, []).append(example)
+        return out
+
+    def _examples(self, keys: pa.Table) -> list[tuple[tuple[str, str], Example | None]]:
+        """The rows of `keys` (trajectory_id, shuffle_key, reward, q0_n, q0_success) as examples, in its order."""
         if keys.num_rows == 0:
-            return deque()
+            return []
         self.con.register("page_ids", keys.select(["trajectory_id"]))
         rows = _by_id(self.con.sql("""
             SELECT t.trajectory_id, t.token_ids, t.tokenizer_id, t.response_text, p.*
@@ -292,12 +316,10 @@ class LakeStream:
                 QUALIFY row_number() OVER (PARTITION BY trajectory_id, position ORDER BY n DESC, created_at DESC) = 1)
             GROUP BY trajectory_id""")) if self.stream.mc else {}
         self.con.unregister("page_ids")
-        page: deque[tuple[tuple[str, str], Example | None]] = deque()
-        for key in keys.to_pylist():
-            tid = key["trajectory_id"]
-            example = self._example(key, rows[tid], cached.get(tid), mc.get(tid))
-            page.append(((key["shuffle_key"], tid), example))
-        return page
+        return [((key["shuffle_key"], key["trajectory_id"]),
+                 self._example(key, rows[key["trajectory_id"]], cached.get(key["trajectory_id"]),
+                               mc.get(key["trajectory_id"])))
+                for key in keys.to_pylist()]
 
     def _example(self, key: dict, row: dict, cached: dict | None, mc: dict | None) -> Example | None:
         """The row as an Example, or None when it cannot be trained on (too long, MC targets out of range)."""
@@ -372,11 +394,13 @@ class Mixer:
     """Draws every batch as fixed per-stream counts (fraction × batch size, spo_lake.rl.config.stream_counts),
     in stream order. Lake streams give their next rows; the online source (spo_lake.rl.rollout.OnlineSource, set
     when its worker starts) gives the rollouts scheduled for the step. Rank `rank` of `ranks` training processes
-    reads every lake stream's next `ranks` × count rows and keeps its contiguous share of them."""
+    reads every lake stream's next `ranks` × count rows and keeps its contiguous share of them. Streams in `joined`
+    (GRPO `inject` streams) come with the online source's rollouts, joined to their groups."""
 
     def __init__(self, lake_streams: dict[int, LakeStream], counts: list[int], online_index: int | None,
-                 rank: int = 0, ranks: int = 1):
+                 rank: int = 0, ranks: int = 1, joined: Sequence[int] = ()):
         self.lake_streams, self.counts, self.online_index = lake_streams, counts, online_index
+        self.joined = set(joined)
         self.rank, self.ranks = rank, ranks
         self.online_source: OnlineSource | None = None  # set when the trainer starts its rollout worker
 
@@ -386,7 +410,7 @@ class Mixer:
             if index == self.online_index:
                 assert self.online_source is not None, "the online stream is drawn before its worker started"
                 batch += self.online_source.take(step, count)
-            else:
+            elif index not in self.joined:
                 batch += self.lake_streams[index].take(count * self.ranks)[self.rank * count : (self.rank + 1) * count]
         return batch
 

@@ -89,11 +89,20 @@ def ppo_policy_loss(
     ρ is also the per-token importance weight that corrects slightly stale rollouts (old_logprobs are the
     behaviour policy's log-probs recorded at sampling time), §3.1.4. All inputs (B, T); advantages constant.
     """
+    per_token, clipped = clipped_surrogate(logprobs, old_logprobs, advantages, clip_eps)
+    loss = masked_mean(per_token, mask)
+    return ClippedLossOutput(loss, masked_mean(clipped.to(loss.dtype), mask))
+
+
+def clipped_surrogate(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, clip_eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token −min(ρ·A, clip(ρ, 1−ε, 1+ε)·A), ρ = exp(logprobs − old_logprobs), and (bool, no gradient) where
+    the clipped branch was taken. advantages broadcast against the (B, T) log-probs; padding is not masked here."""
     ratio = torch.exp(logprobs - old_logprobs)
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
-    loss = masked_mean(torch.maximum(unclipped, clipped), mask)
-    return ClippedLossOutput(loss, masked_mean((clipped > unclipped).to(loss.dtype), mask).detach())
+    return torch.maximum(unclipped, clipped), (clipped > unclipped).detach()
 
 
 def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ rank generates its own contiguous share of the step's prompts (spo_lake.rl.distr
 from __future__ import annotations
 
 import copy
+import dataclasses
 import queue
 import random
 import threading
@@ -25,7 +26,7 @@ from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import derive_seed, sampled_id
 from spo_lake.models.backend import PolicyBackend, SampleResult, TransformersPolicy
 from spo_lake.models.tokens import render_prompt, sampled_row, tokenizer_id
-from spo_lake.rl.data import Example, fetch_problems, q0_or_nan
+from spo_lake.rl.data import Example, LakeStream, fetch_problems, q0_or_nan
 from spo_lake.rl.distributed import World
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
 from spo_lake.tasks.judge import judge_many, verdict_row
@@ -74,7 +75,8 @@ class RolloutSchedule:
 
 @dataclass
 class Rollouts:
-    """One step's online rollouts: training examples plus the lake rows that record them."""
+    """One step's online rollouts: training examples plus the lake rows that record them, and (GRPO) the lake rows
+    injected into their groups."""
 
     step: int
     version: int
@@ -82,6 +84,7 @@ class Rollouts:
     examples: list[Example]
     trajectories: list[dict[str, Any]]
     evaluations: list[dict[str, Any]]
+    injected: list[Example] = dataclasses.field(default_factory=list)
 
 
 class PolicyVersions:
@@ -136,6 +139,10 @@ class RolloutSettings:
     options: SandboxOptions
     judge_workers: int
     q0_prior: float = 0.0
+    # GRPO: the `inject` stream (its own connection and tokenizer, used by the worker thread only) and its rows per
+    # group
+    inject: LakeStream | None = None
+    inject_per_group: int = 0
 
 
 class RolloutWorker(threading.Thread):
@@ -197,7 +204,23 @@ class RolloutWorker(threading.Thread):
                                      stop=list(s.schedule.stop) or None, seed=sample_seed)
         verdicts = judge_many([(problems[entries[r.prompt_index][0]], r.text) for r in results], s.options,
                               s.judge_workers)
-        return self._package(step, version, temperature, entries, problems, texts, results, verdicts)
+        out = self._package(step, version, temperature, entries, problems, texts, results, verdicts)
+        if s.inject is not None:
+            out.injected = self._inject(step, version, [pid for pid, _, _ in entries])
+        return out
+
+    def _inject(self, step: int, version: int, prompt_ids: list[str]) -> list[Example]:
+        """Lake rows of each group's prompt, joined to the group. Their π_old is what it is for the group's own
+        samples: the log-probs, under the policy version that sampled the group, scored now (docs/algorithms.md)."""
+        s = self.settings
+        assert s.inject is not None
+        rows = s.inject.take_for(step, prompt_ids, s.inject_per_group)
+        joined = [dataclasses.replace(e, group=group, policy_version=version)
+                  for group, pid in enumerate(prompt_ids) for e in rows.get(pid, [])]
+        if not joined:
+            return []
+        scored = self.policy.score([e.prompt_ids for e in joined], [e.response_ids for e in joined])
+        return [dataclasses.replace(e, policy_logprobs=list(lp)) for e, lp in zip(joined, scored)]
 
     def _package(self, step: int, version: int, temperature: float, entries, problems: dict[str, Problem],
                  texts: list[str], results: list[SampleResult], verdicts: list[Verdict]) -> Rollouts:
@@ -215,7 +238,7 @@ class RolloutWorker(threading.Thread):
                 response_ids=list(result.token_ids), reward=verdict.reward,
                 q0=q0_or_nan(q0_n, q0_success, s.beta, s.q0_prior),
                 behavior_logprobs=list(result.logprobs), policy_logprobs=policy_lps[index], policy_version=version,
-                trajectory_id=tid))
+                trajectory_id=tid, group=result.prompt_index))
             out.trajectories.append(sampled_row(
                 result, trajectory_id=tid, prompt_id=pid, source=s.source, model_id=s.model_id, run_id=s.run_id,
                 policy_version=version, temperature=temperature, top_p=s.schedule.top_p, tokenizer_id=self.tok_id,
@@ -264,7 +287,7 @@ class OnlineSource:
             self._write_back(self.world.gather((item.evaluations, item.trajectories)))
         if self.on_rollouts:
             self.on_rollouts(item)
-        return item.examples
+        return item.examples + item.injected
 
     def _write_back(self, ranks: list[tuple[list[dict], list[dict]]] | None) -> None:
         """Append (each rank's) rows not written before; `ranks` is None on every rank but rank 0."""

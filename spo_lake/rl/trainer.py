@@ -1,17 +1,19 @@
-"""The streaming SPO trainer (and its PPO baseline): pinned lake snapshot + online rollouts → updates → write-back.
+"""The streaming SPO trainer (and its PPO and GRPO baselines): pinned lake snapshot + online rollouts → updates →
+write-back. Each algorithm's loss and keys: docs/algorithms.md.
 
 One step, top to bottom (`Trainer.train_step`):
     examples = mixer.draw(step)                     # lake streams + online rollouts, fixed shares
     for micro in micro-batches:
         policy_lp = log πθ(response)                  # with gradient
         ref_lp    = log π0(response)                  # cached in the lake, else the live reference model
-        loss      = Σ_streams spo_loss(...) / B       # each stream with its own objective and loss
+        loss      = Σ_streams spo_loss(...) / B       # each stream with its own objective and loss (PPO, GRPO: theirs)
         loss.backward()
     (under torchrun: average the gradients over the ranks)
     clip gradients → AdamW step → LR schedule → publish the behaviour policy every model_update_interval steps
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import time
@@ -31,10 +33,18 @@ from spo_lake.models.backend import PolicyBackend, TransformersPolicy
 from spo_lake.models.threads import use_threads
 from spo_lake.models.tokens import tokenizer_id
 from spo_lake.rl import run as rundir
-from spo_lake.rl.config import TrainConfig, apply_overrides, config_from_dict, stream_counts
+from spo_lake.rl.config import (
+    StreamConfig,
+    TrainConfig,
+    apply_overrides,
+    config_from_dict,
+    inject_per_group,
+    stream_counts,
+)
 from spo_lake.rl.data import Batch, Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
 from spo_lake.rl.distributed import current_world
 from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problems
+from spo_lake.rl.grpo_math import group_advantages, grpo_loss
 from spo_lake.rl.losses import spo_loss
 from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
 from spo_lake.rl.ray_rollout import RayPolicy
@@ -126,9 +136,10 @@ class Trainer:
         if self.value_model is not None:
             groups.append({"params": list(self.value_model.parameters()), "lr": config.value_lr})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
-        warmup = config.warmup_steps
+        warmup, sft = config.warmup_steps, config.sft_steps
+        # warm-up, then constant; SFT→GRPO warms up again at the switch, as a second run from the SFT model would
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)  # warm-up, then constant
+            self.optimizer, lambda s: min(1.0, (s - (sft if s >= sft else 0) + 1) / warmup) if warmup else 1.0)
         self.ppo = PPOSettings(config.beta, config.gamma, config.lam, config.clip_eps,
                                config.value_coef)
         self.step = 0
@@ -180,7 +191,17 @@ class Trainer:
         settings = StreamSettings(c.pi0_id, c.beta, c.seed, c.max_response_tokens, c.algorithm == "spo", c.page_size,
                                   c.q0_prior)
         self.lake_streams = {i: LakeStream(self.lake, self.snapshot, s, i, settings, self.policy)
-                             for i, s in enumerate(c.streams) if s.kind == "lake"}
+                             for i, s in enumerate(c.streams) if s.kind == "lake" and not s.inject}
+        joined = [i for i, s in enumerate(c.streams) if s.inject]
+        # The worker thread reads the `inject` stream: with a tokenizer of its own (a fast tokenizer used from two
+        # threads at once can fail), as its rollout policy has.
+        inject = LakeStream(self.lake, self.snapshot, c.streams[joined[0]], joined[0], settings,
+                            TransformersPolicy(self.model, copy.deepcopy(self.policy.tokenizer), c.model)) \
+            if joined else None
+        # SFT→GRPO: the SFT phase's rows; stream index len(streams), logged as reward/sft
+        self.sft_mixer = Mixer({0: LakeStream(self.lake, self.snapshot, StreamConfig("sft", "lake", 1.0, c.sft_where),
+                                              len(c.streams), settings, self.policy)},
+                               [c.batch_size], None, self.world.rank, self.world.size) if c.sft_steps else None
         online = next((i for i, s in enumerate(c.streams) if s.kind == "online"), None)
         self.worker: RolloutWorker | None = None
         self.appender: BufferedAppender | None = None
@@ -193,11 +214,11 @@ class Trainer:
                 self.world.rank, self.world.size)
             self.rollout_settings = RolloutSettings(
                 self.lake, self.snapshot, prompts, schedule, online, c.beta, c.algorithm, self.run_id, c.model,
-                self.sandbox, c.judge_workers, c.q0_prior)
+                self.sandbox, c.judge_workers, c.q0_prior, inject, inject_per_group(c))
             self.appender = BufferedAppender(self.lake, flush_rows=c.flush_rows) \
                 if c.write_back and self.world.main else None
         self.online_index = online
-        self.mixer = Mixer(self.lake_streams, counts, online, self.world.rank, self.world.size)
+        self.mixer = Mixer(self.lake_streams, counts, online, self.world.rank, self.world.size, joined)
 
     def _start_worker(self) -> None:
         if self.online_index is None:
@@ -205,15 +226,17 @@ class Trainer:
         schedule = self.rollout_settings.schedule
         if self.step % schedule.interval == 0:  # a refresh point (also when resuming at one)
             self.versions.publish(self.step, self.model.state_dict())
-        if schedule.version(self.step) not in self.versions.state_dict():
+        first = max(self.step, self.config.sft_steps)  # SFT steps have no rollouts
+        needed = schedule.version(first)
+        if needed <= self.step and needed not in self.versions.state_dict():  # later versions are published later
             raise RuntimeError(f"checkpoint of step {self.step} lacks the behaviour-policy weights of version "
-                               f"{schedule.version(self.step)} that its next rollouts need")
+                               f"{needed} that its next rollouts need")
         c, dtype = self.config, str(self.dtype).removeprefix("torch.")
         if c.executor == "ray":  # the behaviour policy samples in a Ray actor, sent every version it needs
             self.sampler = RayPolicy(self.policy, c.rollout_backend, dtype, self.threads, c.ray_address)
         elif c.rollout_backend == "vllm":
             self.sampler = load_policy(c.model, backend="vllm", dtype=dtype)
-        worker = self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, self.step, c.steps,
+        worker = self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, first, c.steps,
                                              self.sampler)
         written = written_trajectory_ids(self.lake, self.run_id) if self.resuming and self.world.main else set()
         self.mixer.online_source = OnlineSource(worker, self.appender, written, self._record_rollouts,
@@ -236,9 +259,13 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         """Draw one mixed batch, update on it, refresh the behaviour policy when due."""
         started = time.perf_counter()
-        examples = self.mixer.draw(self.step)  # lake streams + this step's online rollouts
+        sft = self.step < self.config.sft_steps
+        if self.sft_mixer is not None and self.step == self.config.sft_steps:
+            self.optimizer.state.clear()  # GRPO starts with fresh Adam moments, as a second run from the SFT model
+        # lake streams + this step's online rollouts, or the SFT phase's lake rows
+        examples = self.sft_mixer.draw(self.step) if sft and self.sft_mixer is not None else self.mixer.draw(self.step)
         drawn = time.perf_counter()
-        metrics = self.update(examples)
+        metrics = {**self.update(examples, sft=sft), "phase": "sft" if sft else self.config.algorithm}
         self.step += 1
         if self.online_index is not None:
             if self.step % self.config.behaviour_interval == 0 and self.step < self.config.steps:
@@ -249,8 +276,9 @@ class Trainer:
         return {"step": self.step, **metrics, "seconds": seconds, "wait_s": drawn - started,
                 "tokens_per_s": metrics["tokens"] / seconds}
 
-    def update(self, examples: list[Example]) -> dict[str, Any]:
-        """One optimizer step on `examples` (grad_accum micro-batches); returns the step's diagnostics."""
+    def update(self, examples: list[Example], sft: bool = False) -> dict[str, Any]:
+        """One optimizer step on `examples` (grad_accum micro-batches); returns the step's diagnostics. sft: a
+        cross-entropy step on the examples' response tokens (SFT→GRPO's first phase)."""
         c, stats = self.config, Stats()
         # Dropout off: A_t = β·(log πθ − log π0) and PPO's ratio are about the policy itself, not a random sub-network.
         self.model.eval()
@@ -259,16 +287,29 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         micro_size = c.batch_size // c.grad_accum
         tokens, total_loss = 0, 0.0
+        # Token-mean losses (SFT, GRPO's dapo) divide by the whole batch's tokens: micro-batches add up to the batch
+        batch_tokens = sum(len(e.response_ids) for e in examples)
+        advantages = group_advantages(torch.tensor([e.reward for e in examples]),
+                                      torch.tensor([e.group for e in examples]), c.scale_rewards) \
+            if c.algorithm == "grpo" and not sft else None
+        if advantages is not None and self.mixer.joined:  # lake rows that joined the online groups
+            stats.add("injected", sum(e.stream in self.mixer.joined for e in examples))
         for start in range(0, len(examples), micro_size):
             batch = collate(examples[start : start + micro_size], self.policy.pad_id).to(self.device)
             policy_lp = response_log_probs(self.model, batch)  # log πθ, with gradient
-            live = None if bool(batch.ref_cached.all()) else self.reference
-            ref_lp = reference_log_probs(live, batch, c.score_batch_size)  # log π0: cached in the lake, else live
-            if c.algorithm == "spo":
-                loss = self._spo_loss(policy_lp, ref_lp, batch, stats)
+            if sft:
+                loss = -torch.where(batch.response_mask, policy_lp, 0.0).sum() / batch_tokens
+                stats.add("sft_nll", -policy_lp.detach()[batch.response_mask].sum().item(),
+                          int(batch.response_mask.sum()))
+            elif advantages is not None:
+                loss = self._grpo_loss(policy_lp, batch, advantages[start : start + micro_size].to(self.device),
+                                       batch_tokens, len(examples), stats)
+            elif c.algorithm == "spo":
+                loss = self._spo_loss(policy_lp, self._reference_lp(batch), batch, stats)
             else:
                 assert self.value_model is not None  # built for PPO
-                loss, ppo_stats = ppo_loss(policy_lp, ref_lp, self.value_model(batch), batch, self.ppo)
+                loss, ppo_stats = ppo_loss(policy_lp, self._reference_lp(batch), self.value_model(batch), batch,
+                                           self.ppo)
                 loss = loss / c.grad_accum
                 for key, value in ppo_stats.items():
                     stats.add(key, value)
@@ -296,6 +337,29 @@ class Trainer:
             merged.merge(other)
         return sum(r[0] for r in ranks) / len(ranks), sum(r[1] for r in ranks), merged
 
+    def _reference_lp(self, batch: Batch) -> torch.Tensor:
+        """log π0 of the batch's responses: cached in the lake, else scored by the live reference model."""
+        live = None if bool(batch.ref_cached.all()) else self.reference
+        return reference_log_probs(live, batch, self.config.score_batch_size)
+
+    def _grpo_loss(self, policy_lp: torch.Tensor, batch: Batch, advantages: torch.Tensor, batch_tokens: int,
+                   batch_sequences: int, stats: Stats) -> torch.Tensor:
+        """GRPO's loss on one micro-batch (a share of the batch loss: the whole batch's tokens and sequences given)."""
+        c = self.config
+        if not bool(batch.has_policy.all()):
+            raise ValueError("GRPO needs the sampling policy's log-probs on every sequence (online groups only)")
+        out = grpo_loss(policy_lp, batch.policy_logprobs, advantages, batch.response_mask,
+                        ref_logprobs=self._reference_lp(batch) if c.grpo_kl_coef else None, clip_eps=c.clip_eps,
+                        kl_coef=c.grpo_kl_coef, loss_type=c.loss_type, max_completion_length=c.max_new_tokens,
+                        total_tokens=batch_tokens, total_sequences=batch_sequences)
+        valid = int(batch.response_mask.sum())
+        stats.add("clip_fraction", out.clip_fraction.item() * valid, valid)
+        stats.add("importance_weight", out.importance_weight.item() * valid, valid)
+        if c.grpo_kl_coef:
+            stats.add("kl", out.kl.item() * valid, valid)
+        stats.add("advantage_abs", advantages.abs().sum().item(), len(advantages))
+        return out.loss
+
     def _spo_loss(self, policy_lp: torch.Tensor, ref_lp: torch.Tensor, batch: Batch, stats: Stats) -> torch.Tensor:
         """Σ over the batch's streams of the summed per-sequence SPO losses, divided by the full batch size (so
         micro-batches add up to the mean over the batch)."""
@@ -320,9 +384,10 @@ class Trainer:
         return total
 
     def _batch_stats(self, batch: Batch, stats: Stats) -> None:
+        names = [s.name for s in self.config.streams] + ["sft"]  # the SFT phase's rows: index len(streams)
         for index in batch.stream.unique().tolist():
             rows = batch.stream == index
-            stats.add(f"reward/{self.config.streams[index].name}", batch.reward[rows].sum().item(), int(rows.sum()))
+            stats.add(f"reward/{names[index]}", batch.reward[rows].sum().item(), int(rows.sum()))
         stats.add("response_tokens", batch.response_mask.sum().item(), len(batch.reward))
 
     def _record_rollouts(self, rollouts: Rollouts) -> None:
@@ -410,6 +475,10 @@ class Trainer:
             self.appender.flush()
         for stream in self.lake_streams.values():
             stream.close()
+        for stream in (self.sft_mixer.lake_streams.values() if self.sft_mixer is not None else ()):
+            stream.close()
+        if self.online_index is not None and self.rollout_settings.inject is not None:
+            self.rollout_settings.inject.close()
 
     # ------------------------------------------------------------------------------------- checkpoints
 
@@ -418,6 +487,8 @@ class Trainer:
             self.appender.flush()  # everything trained on so far is in the lake before the checkpoint exists
         state = {"step": self.step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                  "rng": rundir.rng_state(), "data": self.mixer.state_dict()}
+        if self.sft_mixer is not None:
+            state["sft_data"] = self.sft_mixer.state_dict()
         tensors: dict[str, Any] = {}
         if self.value_model is not None:
             tensors["value_model"] = self.value_model.state_dict()
@@ -435,6 +506,8 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         rundir.set_rng_state(state["rng"])
         self.mixer.load_state_dict(state["data"])
+        if self.sft_mixer is not None:
+            self.sft_mixer.load_state_dict(state["sft_data"])
         if self.value_model is not None:
             self.value_model.load_state_dict(rundir.load_tensors(checkpoint, "value_model"))
         for version, weights in (rundir.load_tensors(checkpoint, "behaviour") or {}).items():

@@ -241,3 +241,72 @@ def test_the_trainer_applies_its_thread_policy(lake, fast_model_dir, tmp_path):
             assert trainer.threads == torch.get_num_threads() == expected
     finally:
         torch.set_num_threads(before)
+
+
+def grpo_lines(model, run_dir, **extra) -> list[str]:
+    settings = dict(model=str(model), run_dir=str(run_dir), snapshot="base", algorithm="grpo", steps=3, batch_size=4,
+                    samples_per_prompt=2, max_new_tokens=MAX_NEW_TOKENS, temperature_min=1.0, temperature_max=1.0,
+                    top_p=1.0, judge_workers=1, lr=1e-4)
+    settings.update(extra)
+    return [f"{k}={json.dumps(v)}" for k, v in settings.items()]
+
+
+INJECT = ['streams.online.kind="online"', "streams.online.fraction=0.5", 'streams.expert.kind="lake"',
+          "streams.expert.fraction=0.5", "streams.expert.inject=true",
+          'streams.expert.where="passed AND source = \'human\'"']
+
+
+def test_grpo_trains_on_groups_of_its_online_rollouts_and_writes_them_back(lake, fast_model_dir, tmp_path):
+    trainer = Trainer(load_config(None, grpo_lines(fast_model_dir, tmp_path)), lake, show_progress=False)
+    trainer.train()
+    metrics = read_metrics(trainer.run_dir)
+    assert [m["policy_version"] for m in metrics] == [0, 0, 1]  # refreshed every step, one step behind
+    assert [m["phase"] for m in metrics] == ["grpo"] * 3
+    assert all(0 <= m["clip_fraction"] <= 1 and m["importance_weight"] > 0 and "kl" not in m for m in metrics)
+    assert trainer._reference is None  # grpo_kl_coef = 0: π0 is never needed
+    assert lake.sql(f"SELECT source, count(*) AS n FROM trajectories WHERE run_id = '{trainer.run_id}' "
+                    "GROUP BY source").to_pylist() == [{"source": "grpo", "n": 3 * 4}]
+
+
+def test_grpo_injected_lake_rows_join_their_prompts_group_with_the_sampling_policys_log_probs(
+        lake, policy, fast_model_dir, tmp_path):
+    """2 groups of 2 online samples, plus up to 2 lake solutions of each group's prompt (the lake has 1 or 3)."""
+    lines = grpo_lines(fast_model_dir, tmp_path, batch_size=8, write_back=False, grpo_kl_coef=0.05) + INJECT
+    trainer = Trainer(load_config(None, lines), lake, show_progress=False)
+    try:
+        trainer._start_worker()
+        examples = trainer.mixer.draw(0)
+        online, injected = [e for e in examples if e.stream == 0], [e for e in examples if e.stream == 1]
+        groups = {e.group: e.prompt_id for e in online}
+        assert len(online) == 4 and len(groups) == 2
+        solutions = {r["prompt_id"]: r["n"] for r in lake.sql(
+            "SELECT prompt_id, count(*) AS n FROM trajectories WHERE source = 'human' GROUP BY prompt_id").to_pylist()}
+        for group, prompt_id in groups.items():
+            rows = [e for e in injected if e.group == group]
+            assert len(rows) == min(2, solutions[prompt_id]) and all(e.prompt_id == prompt_id for e in rows)
+            assert all(e.reward == 0.0 and e.policy_version == 0 for e in rows)  # passed solutions; version 0 = π0
+        # π_old of an injected row: the policy version that sampled its group (here π0 itself) on its tokens
+        scored = policy.score([e.prompt_ids for e in injected], [e.response_ids for e in injected])
+        for e, expected in zip(injected, scored):
+            assert e.policy_logprobs == pytest.approx(expected, abs=1e-5)
+        diagnostics = trainer.update(examples)
+        assert diagnostics["injected"] == len(injected) and diagnostics["reward/expert"] == 0.0
+        assert diagnostics["kl"] >= 0 and diagnostics["skipped_nonfinite"] == 0
+    finally:
+        trainer.close()
+
+
+def test_sft_then_grpo_trains_on_the_lake_rows_first_then_on_online_groups(lake, fast_model_dir, tmp_path):
+    lines = grpo_lines(fast_model_dir, tmp_path, batch_size=8, steps=4, sft_steps=2, warmup_steps=2,
+                       sft_where="passed AND source = 'human'") + INJECT
+    trainer = Trainer(load_config(None, lines), lake, show_progress=False)
+    trainer.train()
+    metrics = read_metrics(trainer.run_dir)
+    assert [m["phase"] for m in metrics] == ["sft", "sft", "grpo", "grpo"]
+    assert all(m["sft_nll"] > 0 and m["reward/sft"] == 0.0 and "reward/online" not in m for m in metrics[:2])
+    assert all("sft_nll" not in m and "clip_fraction" in m and m["injected"] >= 2 for m in metrics[2:])
+    # each phase warms up over 2 steps (`lr` is logged after the step: the next step's)
+    assert [m["lr"] for m in metrics] == pytest.approx([1e-4, 5e-5, 1e-4, 1e-4])
+    assert [m["policy_version"] for m in metrics[2:]] == [1, 2]  # the first rollouts come from the SFT model
+    assert lake.sql(f"SELECT count(*) AS n FROM trajectories WHERE run_id = '{trainer.run_id}'"
+                    ).column("n")[0].as_py() == 2 * 4  # online rollouts of the GRPO steps only
