@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
 
         from spo_lake.models.tiny import TinyConfig, build_tiny_model
 
-        mix = dict(sign_off_fraction=sign_off_fraction, product_fraction=product_fraction)
+        mix: dict[str, Any] = dict(sign_off_fraction=sign_off_fraction, product_fraction=product_fraction)
         wanted = TinyConfig(seed=seed, style=style, **mix)
         wanted = replace(wanted, steps=steps) if steps is not None else wanted
         built = Path(out) / "tiny_config.json"  # written last: a finished build

@@ -1,15 +1,19 @@
 """`spolake demo`: the paper's experiment end to end on CPU, at toy scale, over several seeds.
 
 For each seed S, in DIR/seed-S (re-running continues where it stopped):
-1. the quickstart recipe builds the lake: tiny π0 and a "CoT-like" tiny model, countdown problems with solver
-   solutions, reference and CoT samples, evaluate, dedup, Q0, PTS, cached reference log-probs, a snapshot;
-2. four training runs from that snapshot with the same online sample budget (PPO; SPO online; SPO half-online,
-   50 % lake; SPO with Monte-Carlo targets, 50/25/25), each a `spolake train` child process so its wall time and peak
-   memory are its own;
+1. the quickstart recipe builds the lake: a tiny π0 with a *skill gap* (problems that need * or / were rare in its
+   training, and its answers to the others use only + and -) and a "CoT-like" tiny model trained with the skill,
+   countdown problems with solver solutions, reference and CoT samples, judge, dedup, Q0, PTS, cached reference
+   log-probs, a snapshot. The knowledge of products is in the lake (solver, CoT model), rarely in π0;
+2. seven training runs from that snapshot with the same online sample budget: the online-only arms (PPO, GRPO,
+   SPO online), the lake arms (SPO half-online, 50 % lake; SPO + Monte-Carlo targets, 50/25/25) and the peers' ways
+   of using the same lake rows (SFT on them then GRPO; GRPO with lake solutions injected into its groups), each a
+   `spolake train` child process so its wall time and peak memory are its own;
 3. every run evaluates π0 at step 0 and itself every `eval_every` steps: pass@1 / pass@10 on held-out prompts and
    on training prompts (20 samples, temperature 0.4, top-p 0.95), with per-prompt counts kept for paired tests.
-Then over the seeds: mean ± std per method with π0 as its own row, and every claim of the paper as a paired
-difference with a 95 % bootstrap interval (spo_lake.demo.stats), in report.md, demo_metrics.json and the plots.
+Then over the seeds, separately on held-out problems that need the skill and on the others: mean ± std per method
+with π0 as its own row, and every claim as a paired difference with a 95 % bootstrap interval (spo_lake.demo.stats),
+in report.md, demo_metrics.json and the plots.
 """
 from __future__ import annotations
 
@@ -49,32 +53,47 @@ class DemoScale:
     lr: float
     eval_every: int
     eval_max_prompts: int
+    product_fraction: float = 0.03  # π0's skill gap: problems that need * or / are this rare in its SFT mix
+    sign_off_fraction: float = 0.0  # π0's sign-off habit (off: the report measures the skill gap alone)
+    samples_per_prompt: int = 4  # GRPO's group size (and every arm's online rollouts per prompt)
 
 
 QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=400, cot_steps=100, reference_samples=2,
-                  cot_samples=1, q0_samples=4, pts_rollouts=4, pts_trajectories=6, train_steps=30, online_per_step=16,
-                  lr=1e-4, eval_every=30, eval_max_prompts=30)
+                  cot_samples=1, q0_samples=4, pts_rollouts=4, pts_trajectories=6, train_steps=12, online_per_step=16,
+                  lr=1e-4, eval_every=12, eval_max_prompts=30)
 FULL = DemoScale(train_prompts=1000, eval_prompts=100, tiny_steps=1500, cot_steps=500, reference_samples=2,
-                 cot_samples=1, q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=90,
-                 online_per_step=16, lr=1e-4, eval_every=45, eval_max_prompts=60)
+                 cot_samples=1, q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=60,
+                 online_per_step=16, lr=1e-4, eval_every=30, eval_max_prompts=100)
 FULL_SEEDS = (0, 1, 2)
 
 # Lake streams select from the snapshot: correct, one row per distinct program (dedup), any source but the runs'.
 OFFLINE_WHERE = "passed AND NOT duplicate"
 
 
+ONLINE_ONLY = ("PPO", "GRPO", "SPO online")  # the arms that never read the lake
+
+
 def methods(scale: DemoScale) -> dict[str, dict[str, Any]]:
-    """Run configs per method. Mixed runs add lake rows on top of the same online rollouts per step."""
-    b = scale.online_per_step
+    """Run configs per method. Mixed runs add lake rows on top of the same online rollouts per step; SFT→GRPO's SFT
+    steps come before its online steps (as many lake rows as SPO half-online reads), so every arm samples
+    train_steps × online_per_step rollouts."""
+    b, s = scale.online_per_step, scale.train_steps
     online = {"name": "online", "kind": "online", "fraction": 1.0}
-    half = [{**online, "fraction": 0.5}, {"name": "lake", "kind": "lake", "fraction": 0.5, "where": OFFLINE_WHERE}]
-    mc = [{**online, "fraction": 0.5}, {"name": "lake", "kind": "lake", "fraction": 0.25, "where": OFFLINE_WHERE},
+    lake = {"name": "lake", "kind": "lake", "fraction": 0.5, "where": OFFLINE_WHERE}
+    half = [{**online, "fraction": 0.5}, lake]
+    mc = [{**online, "fraction": 0.5}, {**lake, "fraction": 0.25},
           {"name": "mc", "kind": "lake", "fraction": 0.25, "mc": True, "where": "passed"}]
+    grpo = {"algorithm": "grpo", "rollout_lag": 1}
     return {
         "PPO": {"algorithm": "ppo", "batch_size": b, "streams": [online]},
+        "GRPO": {**grpo, "batch_size": b, "streams": [online]},
         "SPO online": {"algorithm": "spo", "batch_size": b, "streams": [online]},
         "SPO half-online": {"algorithm": "spo", "batch_size": 2 * b, "streams": half},
         "SPO + MC (50/25/25)": {"algorithm": "spo", "batch_size": 2 * b, "streams": mc},
+        "SFT→GRPO": {**grpo, "batch_size": b, "steps": 2 * s, "sft_steps": s, "sft_where": OFFLINE_WHERE,
+                     "streams": [online]},
+        "GRPO + lake solutions": {**grpo, "batch_size": 2 * b, "streams": [{**online, "fraction": 0.5},
+                                                                        {**lake, "name": "expert", "inject": True}]},
     }
 
 
@@ -91,7 +110,8 @@ def recipe_vars(out: Path, scale: DemoScale, seed: int) -> dict[str, str]:
     return {
         "out": str(out), "seed": str(seed), "train_prompts": str(scale.train_prompts),
         "eval_prompts": str(scale.eval_prompts), "eval_seed": str(1000 + seed), "tiny_steps": str(scale.tiny_steps),
-        "cot_steps": str(scale.cot_steps),
+        "cot_steps": str(scale.cot_steps), "product_fraction": str(scale.product_fraction),
+        "sign_off_fraction": str(scale.sign_off_fraction),
         "reference_samples": str(scale.reference_samples), "cot_samples": str(scale.cot_samples),
         "q0_samples": str(scale.q0_samples), "pts_rollouts": str(scale.pts_rollouts), "snapshot": f"demo-{seed}",
         # a deterministic subset of successful trajectories, so PTS cost is bounded
@@ -107,7 +127,7 @@ def run_config(name: str, method: dict[str, Any], out: Path, scale: DemoScale, s
         "prompts_where": train_where(seed), "eval_every": scale.eval_every, "eval_where": held_out_where(seed),
         "eval_train_where": train_where(seed), "eval_max_prompts": scale.eval_max_prompts, "eval_n": 20,
         "eval_k": [1, 10], "run_dir": str(out / "runs"), "run_name": f"{_slug(name)}-s{seed}", "seed": seed,
-        "device": "cpu", "checkpoint_every": 0, **method,
+        "device": "cpu", "checkpoint_every": 0, "samples_per_prompt": scale.samples_per_prompt, **method,
     }
 
 
@@ -170,7 +190,7 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
 
 
 def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None]) -> dict[str, Any]:
-    """Lake + four runs for one seed in `out`; the summary of a finished seed is kept (first timings win)."""
+    """Lake + every method's run for one seed in `out`; the summary of a finished seed is kept (first timings win)."""
     summary_path = out / "summary.json"
     if summary_path.exists():
         log(f"seed {seed}: finished earlier, reusing {summary_path}")

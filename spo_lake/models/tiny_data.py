@@ -111,7 +111,7 @@ def training_pairs(
     model multiplies rarely or never."""
     rng = random.Random(seed)
     ops = "+-*/" if product_fraction >= 1.0 else "+-"
-    pairs = []
+    pairs: list[tuple[str, str]] = []
     while len(pairs) < n_problems * per_problem:
         numbers, target = draw_problem(rng)
         solutions = solve(numbers, target, cap=40)

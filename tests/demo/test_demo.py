@@ -44,19 +44,29 @@ def test_paired_bootstrap_intervals():
     assert mean_std([1.0, 3.0]) == (2.0, pytest.approx(2 ** 0.5)) and mean_std([5.0]) == (5.0, 0.0)
 
 
+NAMES = list(methods(QUICK))
+SKILL, OTHER = ([2, 3, 4], 24), ([3, 7, 12], 16)  # 2*3*4 needs a product; 12+7-3 does not
+
+
 def _fake_seed(out, seed: int, shift: dict[str, int]) -> dict:
-    """A finished seed: per-prompt eval counts (n = 20) at step 0 and 10 for each method, its summary."""
+    """A finished seed: its lake's prompts (half of them need a product), per-prompt eval counts (n = 20) at step 0
+    and 10 for each method (`shift` added on the skill prompts only), its summary."""
     rng = random.Random(seed)
     prompts = [f"countdown/{1000 + seed}/{i}" for i in range(30)]
+    lake = Lake.init(out / f"seed-{seed}" / "lake")
+    lake.append("prompts", [{"prompt_id": p, "task": "countdown", "prompt": p,
+                             "tests": json.dumps(dict(zip(("numbers", "target"), SKILL if i % 2 else OTHER)))}
+                            for i, p in enumerate(prompts)])
+    lake.snapshot(f"demo-{seed}")
     base = {p: rng.randint(0, 12) for p in prompts}
     results = []
-    for name in ["PPO", "SPO online", "SPO half-online", "SPO + MC (50/25/25)"]:
+    for name in NAMES:
         run_id = name.replace(" ", "-") + f"-s{seed}"
         evals = out / f"seed-{seed}" / "runs" / run_id / "evals"
         evals.mkdir(parents=True)
         curve = []
-        for step, delta in ((0, 0), (10, shift[name])):
-            counts = [[p, 20, min(20, base[p] + delta)] for p in prompts]
+        for step, delta in ((0, 0), (10, shift.get(name, 0))):
+            counts = [[p, 20, min(20, base[p] + (delta if i % 2 else 0))] for i, p in enumerate(prompts)]
             (evals / f"step-{step}.json").write_text(json.dumps({"held_out": counts, "train": counts}))
             p1 = sum(c for _, _, c in counts) / (20 * len(counts))
             curve.append({"step": step, "pass@1": p1, "pass@10": min(1.0, 2 * p1), "train/pass@1": p1,
@@ -68,24 +78,46 @@ def _fake_seed(out, seed: int, shift: dict[str, int]) -> dict:
             "recipe_seconds": 1.0, "total_seconds": 2.0, "methods": results}
 
 
-def test_report_over_seeds_has_pi0_the_claims_and_plots(tmp_path):
-    shift = {"PPO": 0, "SPO online": 1, "SPO half-online": 3, "SPO + MC (50/25/25)": 3}
+def test_report_over_seeds_has_pi0_the_claims_per_problem_group_and_plots(tmp_path):
+    # +3 of 20 on every skill prompt (0.15 pass@1) for the lake arm, +1 for GRPO (the best online-only arm), +3 for
+    # SFT→GRPO, +4 for GRPO with lake solutions; no arm changes on the other prompts
+    shift = {"GRPO": 1, "SPO half-online": 3, "SPO + MC (50/25/25)": 3, "SFT→GRPO": 3, "GRPO + lake solutions": 4}
     seeds = [_fake_seed(tmp_path, s, shift) for s in (0, 1)]
-    lake = Lake.init(tmp_path / "seed-0" / "lake")
-    lake.snapshot("demo-0")
     summary = write_report(tmp_path, seeds, {"quick": True, "scale": {}})
-    rows = table_rows(seeds)
-    assert [r[0] for r in rows] == [PI0, "PPO", "SPO online", "SPO half-online", "SPO + MC (50/25/25)"]
+    rows = table_rows(tmp_path, seeds)
+    assert [r[0] for r in rows] == [PI0, *NAMES]
+    skill = {r[0]: float(r[1].split(" ±")[0]) for r in rows}
+    other = {r[0]: float(r[3].split(" ±")[0]) for r in rows}
+    assert skill["SPO half-online"] == pytest.approx(skill[PI0] + 0.15, abs=2e-3)
+    assert other["SPO half-online"] == pytest.approx(other[PI0], abs=1e-3)
     verdicts = {c["text"]: c["verdict"] for c in summary["claims"]}
     assert len(verdicts) == len(CLAIMS)
-    assert verdicts["SPO half-online pass@1 > π0 pass@1 (RL improves the model)"] == "holds"
-    assert verdicts["PPO pass@1 > π0 pass@1"] == "not shown"  # identical counts: a zero difference
-    assert verdicts["Monte-Carlo targets help (pass@10)"] == "not shown"
+    # +0.10 over the best online-only arm is exactly 0.10: the bound is reached (and a 0 interval is not above 0)
+    (best,) = [t for t in verdicts if t.startswith("SPO half-online − the best online-only arm (GRPO)")]
+    assert verdicts[best] == "not shown"
+    assert verdicts["SPO half-online ≥ SFT→GRPO − 0.02 pass@1 on the skill problems"] == "holds"
+    assert verdicts["SPO half-online ≥ GRPO + lake solutions pass@1 on the skill problems"] == "reversed"
+    assert verdicts["SPO half-online pass@1 > π0 pass@1 on the skill problems"] == "holds"
+    assert verdicts["PPO loses at most 0.02 pass@1 to π0 on the other problems"] == "holds"
     assert verdicts["SPO steps faster than PPO (seconds per step, lower is better)"] == "holds"
     report = (tmp_path / "report.md").read_text()
-    assert "| π0 |" in report and "**holds**" in report and "**not shown**" in report
+    assert "| π0 |" in report and "**holds**" in report and "**reversed**" in report
     assert (tmp_path / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert json.loads((tmp_path / "demo_metrics.json").read_text())["claims"][0]["verdict"] == "holds"
+    assert json.loads((tmp_path / "demo_metrics.json").read_text())["claims"][0]["verdict"] == "not shown"
+
+
+def test_a_claim_holds_only_when_its_bound_is_reached_with_the_interval_above_it():
+    from spo_lake.demo.report import Claim
+    from spo_lake.demo.stats import Paired
+
+    target = Claim("t", "a", "b", "pass@1", "skill", 0.10)
+    assert target.verdict(Paired(0.12, 0.02, 0.2, ())) == "holds"
+    assert target.verdict(Paired(0.08, 0.02, 0.2, ())) == "not shown"  # above 0 but short of the target
+    assert target.verdict(Paired(-0.08, -0.12, -0.02, ())) == "reversed"
+    slack = Claim("t", "a", "b", "pass@1", "other", -0.02)
+    assert slack.verdict(Paired(-0.01, -0.015, 0.0, ())) == "holds"
+    assert slack.verdict(Paired(-0.01, -0.03, 0.0, ())) == "not shown"
+    assert slack.verdict(Paired(-0.05, -0.06, -0.03, ())) == "reversed"
 
 
 def test_pts_curve_reads_the_most_pivotal_trajectory_with_its_prompt(tmp_path):
