@@ -55,6 +55,29 @@ def test_config_validation_names_the_bad_key():
         validate(TrainConfig(model="m", objective="advantage", loss="squared"))
 
 
+def test_grpo_config_validation():
+    online, expert = StreamConfig("online", "online", 0.5), StreamConfig("expert", "lake", 0.5, "passed", inject=True)
+    grpo = dict(model="m", algorithm="grpo", batch_size=16, samples_per_prompt=4)
+    assert validate(TrainConfig(**grpo, streams=[online, expert])).behaviour_interval == 1
+    for bad, message in [
+        (dict(streams=[online, StreamConfig("lake", "lake", 0.5)]), "GRPO trains on online groups"),
+        (dict(samples_per_prompt=1), "group needs >= 2"),
+        (dict(batch_size=10, samples_per_prompt=2, streams=[StreamConfig("online", "online", 0.6),
+                                                           StreamConfig("expert", "lake", 0.4, inject=True)]),
+         "multiple of the 3 groups"),
+        (dict(sft_steps=3), "sft_steps > 0 and sft_where go together"),
+        (dict(sft_steps=1000, sft_where="passed"), "sft_steps must lie in"),
+        (dict(loss_type="bnpo"), "loss_type"), (dict(scale_rewards="rank"), "scale_rewards"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            validate(TrainConfig(**{**grpo, **bad}))
+    for key, value in [("sft_steps", 2), ("grpo_kl_coef", 0.1)]:  # GRPO's keys do nothing elsewhere: refused
+        with pytest.raises(ValueError, match=f"{key} .*grpo"):
+            validate(TrainConfig(model="m", **{key: value}, sft_where="passed" if key == "sft_steps" else ""))
+    with pytest.raises(ValueError, match="`inject` streams are for"):
+        validate(TrainConfig(model="m", streams=[online, expert]))
+
+
 # ---------------------------------------------------------------------------------------------- lake streams
 
 
