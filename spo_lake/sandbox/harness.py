@@ -9,7 +9,9 @@ reports how the sample ended. So every sample starts from an interpreter that ne
 Control lines (JSON) on fd 0/1:
 
   host -> zygote: {"ping": true} | {"spawn": {limits}} | {"kill": true} (while a sample runs)
-  zygote -> host: {"pong": true} | {"exit_code", "files_exceeded", "clean"} once a spawned sample is over
+  zygote -> host: {"pong": true} | {"started": true} as soon as a spawned sample's process exists (its clock
+                  starts then: nothing before, such as the previous sample's clean-up, is charged to it), then
+                  {"exit_code", "files_exceeded", "clean"} once it is over; or {"spawn_failed", "clean": false}
 
 The sample reads its own request from the data pipe (FDS["data_in"]): {"source", "stdin", "fn_name"}. Its stdout and
 stderr are pipes the host reads directly. With a `fn_name` it runs the source, says {"ready": true} on the data pipe
@@ -237,13 +239,18 @@ def serve(base, own_pidns, drop_uid, fds):
         if "spawn" not in command:
             continue  # a kill that arrived after its sample had ended
         limits = command["spawn"]
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as error:  # e.g. the pids limit: this sandbox is spent, the host replaces it
+            send(1, {"spawn_failed": f"{type(error).__name__}: {error}", "clean": False})
+            continue
         if pid == 0:
             try:
                 return enter_sample(fds, limits, base, own_pidns, drop_uid)
             except BaseException as error:  # never fall back into the zygote's loop
                 os.write(fds["err"], f"sandbox harness: {type(error).__name__}: {error}\n".encode())
                 os._exit(125)
+        send(1, {"started": True})
         report, host_gone = supervise(pid, control, limits, base, own_pidns)
         if host_gone:
             return None

@@ -14,7 +14,9 @@ Two ways to run a program:
   data) is sticky: every later call raises `CallFailed` with it.
 
 Nothing a program writes can make the host raise: every channel is read with a size cap and parsed by
-`wire.read_message`. The host decides deadlines and kills a sample through the zygote.
+`wire.read_message`. The host decides deadlines and kills a sample through the zygote. A sample's clock starts when
+the zygote reports its process started: the sandbox's start-up and the previous sample's clean-up are never charged
+to it.
 
 mode="none" runs the same harness WITHOUT any isolation: the program sees the host's files, network and processes
 with your user's rights. Only for trusted code or machines without bubblewrap, never for model output you have not
@@ -32,6 +34,7 @@ import tempfile
 import time
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -56,7 +59,7 @@ RUN_VERDICTS = ("ok", "runtime_error", "timeout", "memory", "output_limit", "san
 _HERE = Path(__file__).parent
 HARNESS_SOURCE = (_HERE / "wire.py").read_text(encoding="utf-8") + (_HERE / "harness.py").read_text(encoding="utf-8")
 START_TIMEOUT_S = 30.0
-REPLY_GRACE_S = 10.0  # the zygote's kill and bounded clean-up after a sample's deadline
+REPLY_GRACE_S = 10.0  # the zygote's kill and bounded clean-up after a sample's deadline; also its time to start one
 STDERR_TAIL_BYTES = 4096
 CONTROL_MAX_BYTES = 1 << 16  # the zygote's own reports are tiny
 
@@ -105,7 +108,8 @@ class _Sample:
     """What the host has collected so far from one running sample."""
 
     limits: Limits
-    started: float = field(default_factory=time.monotonic)
+    spawned: float = field(default_factory=time.monotonic)  # when the host asked the zygote for it
+    started: float | None = None  # when the zygote reported its process started: its clock starts then
     outbound: bytearray = field(default_factory=bytearray)  # to the sample's data pipe
     stdout: bytearray = field(default_factory=bytearray)
     stdout_bytes: int = 0
@@ -117,6 +121,16 @@ class _Sample:
     overflow: str = ""  # which cap was passed
     killed: bool = False
     zygote_died: bool = False
+
+    def deadline(self, budget_s: float, since: float = 0.0) -> float:
+        """`budget_s` after the sample's start (or after `since`, if later); while it has not started, the time
+        the zygote has to start it."""
+        if self.started is None:
+            return self.spawned + REPLY_GRACE_S
+        return max(self.started, since) + budget_s
+
+    def wall_s(self) -> float:
+        return 0.0 if self.started is None else time.monotonic() - self.started
 
 
 class Sandbox:
@@ -150,13 +164,12 @@ class Sandbox:
 
     def run(self, job: Job, limits: Limits = Limits()) -> RunResult:
         """Run one script. Raises only SandboxUnavailable, and only if no sandbox ever started in this object."""
-        started = time.monotonic()
         sample = self._spawn({"source": job.source, "stdin": job.stdin, "fn_name": None}, limits, limits.timeout_s)
         if isinstance(sample, RunResult):
             return sample
-        self._pump(sample, lambda: sample.report is not None or bool(sample.overflow), started + limits.timeout_s)
-        timed_out = sample.report is None and not sample.overflow
-        return self._finish(sample, timed_out)
+        self._pump(sample, lambda: sample.report is not None or bool(sample.overflow),
+                   lambda: sample.deadline(limits.timeout_s))
+        return self._finish(sample, _timed_out(sample))
 
     def session(self, source: str, fn_name: str, limits: Limits = Limits(),
                 budget_s: float | None = None) -> Session:
@@ -209,9 +222,10 @@ class Sandbox:
         limits = sample.limits
         if sample.report is None:
             self._kill(sample)
-            self._pump(sample, lambda: sample.report is not None, time.monotonic() + REPLY_GRACE_S)
+            grace = time.monotonic() + REPLY_GRACE_S
+            self._pump(sample, lambda: sample.report is not None, lambda: grace)
         self._drain(sample)
-        report, wall_s = sample.report, time.monotonic() - sample.started
+        report, wall_s = sample.report, sample.wall_s()
         exit_code = report.get("exit_code") if report else None
         exit_code = exit_code if type(exit_code) is int else None
         oom = False
@@ -233,8 +247,12 @@ class Sandbox:
             return result("output_limit", sample.overflow)
         if sample.zygote_died:
             return result("runtime_error", "the sandbox's zygote died during the run")
+        if report is None and sample.started is None:
+            return result("sandbox_error", f"the sandbox did not start the program within {REPLY_GRACE_S:g} s")
         if report is None:
             return result("sandbox_error", f"no report from the sandbox {REPLY_GRACE_S:g} s after the run")
+        if "spawn_failed" in report:
+            return result("sandbox_error", f"the sandbox could not start the program: {report['spawn_failed']}"[:500])
         if report.get("files_exceeded") is True:
             return result("output_limit", f"created more than {limits.max_files} files")
         if oom:
@@ -255,7 +273,8 @@ class Sandbox:
         """Wait for the report of a sample stopped with `_stop_later`; replace the sandbox if it did not come clean."""
         sample, self._stopping = self._stopping, None
         if sample is not None and self._proc is not None:
-            self._pump(sample, lambda: sample.report is not None, time.monotonic() + REPLY_GRACE_S)
+            grace = time.monotonic() + REPLY_GRACE_S
+            self._pump(sample, lambda: sample.report is not None, lambda: grace)
             self._drain(sample)
             if sample.report is None or not sample.report.get("clean", False):
                 self.close()
@@ -265,15 +284,16 @@ class Sandbox:
             sample.killed = True
             self._send_control({"kill": True})
 
-    def _pump(self, sample: _Sample, done, deadline: float) -> bool:
-        """Move data between the host and the sample until `done()` or the deadline; True if done."""
+    def _pump(self, sample: _Sample, done: Callable[[], bool], deadline: Callable[[], float]) -> bool:
+        """Move data between the host and the sample until `done()` or `deadline()` (read anew after every event:
+        a sample's clock starts only when the zygote says so); True if done."""
         if sample.outbound and not sample.killed and self._proc is not None:
             self._write_data(sample)  # small messages go out at once, without waiting to be writable
         writing = False
         while not done():
             if self._proc is None:
                 return False
-            remaining = deadline - time.monotonic()
+            remaining = deadline() - time.monotonic()
             if remaining <= 0:
                 break
             wants_write = bool(sample.outbound) and not sample.killed
@@ -313,17 +333,21 @@ class Sandbox:
         return True
 
     def _take_control(self, sample: _Sample, chunk: bytes) -> bool:
+        """Every complete line of the zygote's: "started" starts the sample's clock, anything else is its report."""
         if not chunk:
             return False
         self._control_pending += chunk
-        if b"\n" not in self._control_pending:
-            return len(self._control_pending) <= CONTROL_MAX_BYTES
-        line, _, self._control_pending = self._control_pending.partition(b"\n")
-        try:
-            sample.report = wire.read_message(line, CONTROL_MAX_BYTES)
-        except wire.BadData:
-            return False
-        return True
+        while b"\n" in self._control_pending:
+            line, _, self._control_pending = self._control_pending.partition(b"\n")
+            try:
+                message = wire.read_message(line, CONTROL_MAX_BYTES)
+            except wire.BadData:
+                return False
+            if message == {"started": True}:
+                sample.started = time.monotonic()
+            else:
+                sample.report = message
+        return len(self._control_pending) <= CONTROL_MAX_BYTES
 
     def _drain(self, sample: _Sample) -> None:
         """After the zygote's report every writer is dead: take what is left in the pipes, and empty the data pipe
@@ -416,7 +440,8 @@ class Sandbox:
         probe = _Sample(Limits())
         if not self._send_control({"ping": True}):
             return False
-        self._pump(probe, lambda: probe.report is not None, time.monotonic() + START_TIMEOUT_S)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        self._pump(probe, lambda: probe.report is not None, lambda: deadline)
         return probe.report == {"pong": True}
 
 
@@ -428,7 +453,7 @@ class Session:
         self.failure: CallFailed | None = None
         self.result: RunResult | None = None
         spawned = sandbox._spawn({"source": source, "stdin": "", "fn_name": fn_name}, limits, budget_s)
-        self.deadline = time.monotonic() + budget_s
+        self.budget_s = budget_s  # from the sample's start, for all calls together
         if isinstance(spawned, RunResult):
             self.sample, self.result = None, spawned
             self.failure = CallFailed(spawned.verdict, spawned.detail)
@@ -480,8 +505,7 @@ class Session:
             assert sample is not None  # only a failed spawn has none, and that set self.result
             self.sandbox._stop_later(sample)
             self.result = RunResult("ok", None, sample.stdout.decode("utf-8", "replace"),
-                                    sample.stderr[-STDERR_TAIL_BYTES:].decode("utf-8", "replace"),
-                                    time.monotonic() - sample.started)
+                                    sample.stderr[-STDERR_TAIL_BYTES:].decode("utf-8", "replace"), sample.wall_s())
         elif self.result is None:
             assert sample is not None  # as above
             self.result = self.sandbox._finish(sample, timed_out=False)
@@ -497,20 +521,25 @@ class Session:
         """The next message from the program, within this call's time; raises CallFailed if there is none."""
         sample = self.sample
         assert sample is not None  # _ask checked
-        deadline = min(time.monotonic() + self.limits.timeout_s, self.deadline)
-        self.sandbox._pump(sample, lambda: bool(sample.messages or sample.report or sample.overflow), deadline)
+        asked = time.monotonic()  # this call's clock starts now, or when the sample starts if that is later
+        self.sandbox._pump(sample, lambda: bool(sample.messages or sample.report or sample.overflow),
+                           lambda: min(sample.deadline(self.limits.timeout_s, asked), sample.deadline(self.budget_s)))
         if sample.messages:
             try:
                 return wire.read_message(bytes(sample.messages.pop(0)), self.limits.max_output_bytes)
             except wire.BadData as error:
                 self.fail("wrong_answer", str(error))
-        timed_out = sample.report is None and not sample.overflow
-        self.result = self.sandbox._finish(sample, timed_out)
+        self.result = self.sandbox._finish(sample, _timed_out(sample))
         if self.result.verdict == "ok":
             self.failure = CallFailed("runtime_error", "the program exited instead of returning")
         else:
             self.failure = CallFailed(self.result.verdict, self.result.detail)
         raise self.failure
+
+
+def _timed_out(sample: _Sample) -> bool:
+    """After a pump: the sample started and its deadline passed (a sample never started is the sandbox's fault)."""
+    return sample.started is not None and sample.report is None and not sample.overflow
 
 
 def _outcome(reply: Any) -> Any:

