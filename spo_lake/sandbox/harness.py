@@ -19,8 +19,9 @@ out, then answers one {"args": [...]} line at a time with {"value"}, {"error"} o
 by wire.py), or a {"batch": [args, ...]} line with {"batch": [reply, ...]}. Everything the sample writes is untrusted
 data to the host, which alone decides verdicts.
 
-After every sample all other processes of the sandbox are killed and /tmp (the working directory) is emptied by a
-bounded, iterative clean-up; a sandbox it cannot empty reports "clean": false and the host replaces it.
+After every sample all other processes of the sandbox are killed (and reaped) and /tmp (the working directory) is
+emptied by a bounded, iterative clean-up; a sandbox it cannot clear or empty reports "clean": false and the host
+replaces it.
 
 PIDNS=1: the sandbox has its own pid namespace, so kill(-1) reaches exactly the leftovers of a sample.
 SETUID=1: the zygote runs as root with a few capabilities (setuid, setgid, kill, file access for the clean-up), and
@@ -137,24 +138,40 @@ def clean(base, budget):
 
 
 def kill_leftovers(pid, own_pidns):
-    """Kill every process the sample left behind and wait until they are gone."""
+    """Kill every process the sample left behind, reap those that are the zygote's own children (a sample cannot
+    make any: seccomp refuses CLONE_PARENT; this is the second line), and wait until all are gone. False if some
+    are still there at the deadline: the host then replaces the sandbox."""
     if not own_pidns:
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        return
+        reap_children()
+        return True
     me = os.getpid()
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + CLEAN_SECONDS
+    while True:
         try:
             os.kill(-1, signal.SIGKILL)  # every process of the namespace but init and the zygote
         except ProcessLookupError:
-            return  # there was none
-        others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
-        if not others:
-            return
+            pass  # none to signal: zombies (if any) are all that is left
+        reap_children()
+        if not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]:
+            return True
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.001)
+
+
+def reap_children():
+    """Reap every child of the zygote that has exited (the sample itself is waited for by pid before)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def supervise(pid, control, limits, base, own_pidns):
@@ -173,9 +190,9 @@ def supervise(pid, control, limits, base, own_pidns):
             os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
-    kill_leftovers(pid, own_pidns)
+    cleared = kill_leftovers(pid, own_pidns)
     report = {"exit_code": os.waitstatus_to_exitcode(status), "files_exceeded": files_exceeded,
-              "clean": clean(base, limits["clean_entries"])}
+              "clean": cleared and clean(base, limits["clean_entries"])}
     return report, host_gone
 
 

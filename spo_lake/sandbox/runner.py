@@ -116,7 +116,7 @@ class _Sample:
     stderr: bytearray = field(default_factory=bytearray)
     stderr_bytes: int = 0
     data: bytearray = field(default_factory=bytearray)  # from the sample's data pipe, up to a newline
-    messages: list[bytes] = field(default_factory=list)  # complete lines from the data pipe
+    messages: list[bytes | bytearray] = field(default_factory=list)  # complete lines from the data pipe
     report: dict[str, Any] | None = None  # the zygote's, once the sample is over
     overflow: str = ""  # which cap was passed
     killed: bool = False
@@ -526,7 +526,7 @@ class Session:
                            lambda: min(sample.deadline(self.limits.timeout_s, asked), sample.deadline(self.budget_s)))
         if sample.messages:
             try:
-                return wire.read_message(bytes(sample.messages.pop(0)), self.limits.max_output_bytes)
+                return wire.read_message(sample.messages.pop(0), self.limits.max_output_bytes)
             except wire.BadData as error:
                 self.fail("wrong_answer", str(error))
         self.result = self.sandbox._finish(sample, _timed_out(sample))
@@ -574,7 +574,8 @@ def _collect(sample: _Sample, channel: str, chunk: bytes) -> None:
     else:
         if b"\n" in chunk:  # split only what just came: a long line costs linear time, not quadratic
             first, *lines, rest = chunk.split(b"\n")
-            sample.messages += [bytes(sample.data + first), *lines]
+            sample.data += first  # the line itself becomes the message: no copy of up to the output cap
+            sample.messages += [sample.data, *lines]
             sample.data = bytearray(rest)
         else:
             sample.data += chunk
