@@ -23,7 +23,11 @@ After every sample all other processes of the sandbox are killed (and reaped) an
 emptied by a bounded, iterative clean-up; a sandbox it cannot clear or empty reports "clean": false and the host
 replaces it.
 
-PIDNS=1: the sandbox has its own pid namespace, so kill(-1) reaches exactly the leftovers of a sample.
+PIDNS=1: the sandbox has its own pid namespace, so kill(-1) reaches exactly the leftovers of a sample. Two counters
+of the sandbox outlive a sample and are visible to the next: the pid namespace's last pid and the tmpfs's next
+inode number (a sample could set them to its answer, for a copycat after it to read). So the zygote reads both after
+every sample, and a sample that moved either (it made a process, a thread or a file) leaves an unclean sandbox,
+which the host replaces: the next sample sees the same counters whatever the previous one computed.
 SETUID=1: the zygote runs as root with a few capabilities (setuid, setgid, kill, file access for the clean-up), and
 each sample drops to a fresh random uid with none, which makes RLIMIT_NPROC count that sample's processes alone and
 keeps it from signalling the zygote. Otherwise the zygote makes itself undumpable, so samples under its own uid
@@ -174,7 +178,34 @@ def reap_children():
             return
 
 
-def supervise(pid, control, limits, base, own_pidns):
+class Counters:
+    """The pid namespace's last pid and the tmpfs's next inode, as a sample that makes nothing leaves them."""
+
+    def __init__(self, base):
+        self.base = base
+        self.inode = self.probe_inode()
+
+    def probe_inode(self):
+        """The inode number a new file gets now (the probe costs one; it is gone again at once)."""
+        probe = os.path.join(self.base, f".spo-probe-{os.urandom(4).hex()}")
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            return os.fstat(fd).st_ino
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+
+    def unmoved(self, sample_pid):
+        """Whether the sample (pid `sample_pid`) left both counters where the next sample of an untouched sandbox
+        would find them: no pid allocated after its own, no inode after the last probe's."""
+        with open("/proc/sys/kernel/ns_last_pid") as f:
+            last_pid = int(f.read())
+        inode, expected = self.probe_inode(), self.inode + 1
+        self.inode = inode
+        return last_pid == sample_pid and inode == expected
+
+
+def supervise(pid, control, limits, base, own_pidns, counters):
     """Wait for the sample to end (or for the host's kill, or for its files to pass the cap); then clean up."""
     pidfd = os.pidfd_open(pid)
     files_before, files_exceeded, host_gone = files_in(base), False, False
@@ -192,7 +223,8 @@ def supervise(pid, control, limits, base, own_pidns):
     os.close(pidfd)
     cleared = kill_leftovers(pid, own_pidns)
     report = {"exit_code": os.waitstatus_to_exitcode(status), "files_exceeded": files_exceeded,
-              "clean": cleared and clean(base, limits["clean_entries"])}
+              "clean": cleared and clean(base, limits["clean_entries"])
+              and (counters is None or counters.unmoved(pid))}
     return report, host_gone
 
 
@@ -247,6 +279,7 @@ def serve(base, own_pidns, drop_uid, fds):
         __import__(name)
     warm_up()
     gc.freeze()  # children then neither scan nor copy-on-write the zygote's own objects in collections
+    counters = Counters(base) if own_pidns else None  # without a namespace of its own there is nothing to keep
     control = Lines(0)
     while (line := control.next()) is not None:
         command = json.loads(line)
@@ -268,7 +301,7 @@ def serve(base, own_pidns, drop_uid, fds):
                 os.write(fds["err"], f"sandbox harness: {type(error).__name__}: {error}\n".encode())
                 os._exit(125)
         send(1, {"started": True})
-        report, host_gone = supervise(pid, control, limits, base, own_pidns)
+        report, host_gone = supervise(pid, control, limits, base, own_pidns, counters)
         if host_gone:
             return None
         send(1, report)

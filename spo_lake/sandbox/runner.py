@@ -430,8 +430,13 @@ class Sandbox:
             self._selector.register(fd, selectors.EVENT_READ, channel)
         self._close = weakref.finalize(self, _terminate, proc, list(host.values()), workdir, self._cgroup,
                                        self._selector)
-        if not self._ping():
-            problem = _read_available(proc.stderr.fileno()).strip() or "no answer from the zygote"
+        errors = os.dup(proc.stderr.fileno())  # still readable if the zygote dies and the pump closes the sandbox
+        try:
+            alive = self._ping()
+            problem = "" if alive else _read_available(errors).strip() or "no answer from the zygote"
+        finally:
+            os.close(errors)
+        if not alive:
             self.close()
             raise SandboxUnavailable(f"could not start a {self.mode} sandbox: {problem[-2000:]}\nHint: {INSTALL_HINT}")
         self._started_once = True

@@ -68,8 +68,10 @@ def test_children_made_with_clone_parent_are_refused_and_the_next_sample_is_unha
     sandbox.run(Job("pass"))
     baseline = len(descendants(sandbox.pid))
     for _ in range(2):  # zombies left by the first would fill the sandbox's pids group for the second
-        assert hostile(sandbox, CLONE_PARENT_CHILDREN) == "0 1\n"  # nothing made: EPERM
-    assert len(descendants(sandbox.pid)) == baseline  # no zombie of the zygote
+        refused = sandbox.run(Job(textwrap.dedent(CLONE_PARENT_CHILDREN)), Limits(timeout_s=GENEROUS_S))
+        assert refused.stdout == "0 1\n", refused  # nothing made: EPERM
+        assert len(descendants(sandbox.pid)) == baseline  # the same sandbox, no zombie of the zygote in it
+        assert_honest_control(sandbox)
 
 
 def test_the_zygote_reaps_children_it_did_not_fork():
@@ -251,3 +253,43 @@ def test_tokens_are_those_of_str_split():
     assert tokens_match(text, " ".join(text.split())) and not tokens_match(text, " ".join(text.split()[:-1]))
     assert not tokens_match(text + " extra", " ".join(text.split()))
     assert tokens_match("0.3333333", "0.333333") and not tokens_match("1000001", "1000000")
+
+
+COPYCAT = """
+    import os
+    with open("/proc/sys/kernel/ns_last_pid") as f:
+        last_pid = int(f.read())
+    fd = os.open("probe", os.O_CREAT | os.O_WRONLY)
+    print(os.getpid() % 1000, last_pid % 1000, os.fstat(fd).st_ino % 1000)
+    """
+
+
+def test_a_sample_cannot_pass_a_number_to_the_next_through_the_pid_or_inode_counters():
+    """A first sample sets the pid namespace's and the tmpfs's counters to its answer (mod 1000); what the next sees
+    must not depend on the answer (it may learn that the sandbox was replaced: one bit, see docs/sandbox.md)."""
+    setter = """
+        import os
+        while True:  # burn pids until the next is the answer
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            if (pid + 1) % 1000 == ANSWER:
+                break
+        while True:  # and inodes likewise
+            fd = os.open("x", os.O_CREAT | os.O_WRONLY)
+            ino = os.fstat(fd).st_ino
+            os.close(fd)
+            os.unlink("x")
+            if (ino + 1) % 1000 == ANSWER:
+                break
+        print("set")
+        """
+    seen = {}
+    for answer in (437, 611):
+        with Sandbox() as sandbox:
+            first = sandbox.run(Job(textwrap.dedent(setter.replace("ANSWER", str(answer)))), Limits(timeout_s=GENEROUS_S))
+            assert first.stdout == "set\n", first
+            seen[answer] = sandbox.run(Job(textwrap.dedent(COPYCAT))).stdout
+            assert_honest_control(sandbox)
+    assert seen[437] == seen[611], seen
