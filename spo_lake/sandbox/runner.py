@@ -220,6 +220,7 @@ class Sandbox:
     def _finish(self, sample: _Sample, timed_out: bool) -> RunResult:
         """Stop the sample if it still runs, wait for the zygote's report, and classify the run."""
         limits = sample.limits
+        never_started = sample.started is None and sample.report is None  # the zygote's fault, not the program's
         if sample.report is None:
             self._kill(sample)
             grace = time.monotonic() + REPLY_GRACE_S
@@ -232,8 +233,8 @@ class Sandbox:
         if self._cgroup is not None and not sample.killed and (exit_code is None or exit_code < 0):
             oom_kills = self._cgroup.oom_kills()  # read only when a process died of a signal: it costs a file read
             oom, self._oom_kills = oom_kills > self._oom_kills, oom_kills
-        if report is None or not report.get("clean", False):
-            self.close()  # no answer, or a mess it could not clean: the next run gets a fresh sandbox
+        if report is None or not report.get("clean", False) or never_started:
+            self.close()  # no answer, a mess it could not clean, or too slow to start: the next run gets a fresh one
         stdout = sample.stdout.decode("utf-8", "replace")
         stderr = sample.stderr[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
         last_line = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
@@ -247,7 +248,7 @@ class Sandbox:
             return result("output_limit", sample.overflow)
         if sample.zygote_died:
             return result("runtime_error", "the sandbox's zygote died during the run")
-        if report is None and sample.started is None:
+        if never_started:
             return result("sandbox_error", f"the sandbox did not start the program within {REPLY_GRACE_S:g} s")
         if report is None:
             return result("sandbox_error", f"no report from the sandbox {REPLY_GRACE_S:g} s after the run")
@@ -543,8 +544,9 @@ class Session:
 
 
 def _timed_out(sample: _Sample) -> bool:
-    """After a pump: the sample started and its deadline passed (a sample never started is the sandbox's fault)."""
-    return sample.started is not None and sample.report is None and not sample.overflow
+    """After a pump: the sample started and its deadline passed (a sample never started, or whose zygote died, is
+    not a timeout)."""
+    return sample.started is not None and sample.report is None and not sample.overflow and not sample.zygote_died
 
 
 def _outcome(reply: Any) -> Any:
