@@ -205,16 +205,19 @@ def test_a_reply_line_of_tiny_values_costs_the_host_little(payload: str):
     assert peak <= HOST_BUDGET, f"{peak / 2**20:.0f} MiB"
 
 
-def test_the_largest_acceptable_reply_stays_within_the_budget():
+def test_the_largest_acceptable_reply_stays_within_the_budget(sandbox: Sandbox):
     """Just under the value cap, in the costliest shape measured (one-item lists: two lists parsed and two decoded
-    per three values), decoded and compared."""
-    program = textwrap.dedent(f"""
-        def f():
-            return [[[]] for _ in range({OUTPUT_CAP} // 16 // 3 - 16)]
-        """)
-    verdict, peak = peak_bytes(lambda: verify_call(program, "f", [{"input": [], "output": [0]}], timeout_s=GENEROUS_S))
-    assert verdict.verdict == "wrong_answer" and "got [[[]], [[]]" in verdict.detail, verdict
-    assert peak <= HOST_BUDGET, f"{peak / 2**20:.0f} MiB"
+    per three values), received, decoded and compared; under a 2 MiB cap (the bound scales with it) to stay fast."""
+    limits = Limits(timeout_s=GENEROUS_S, max_output_bytes=2 << 20)
+    program = f"def f():\n    return [[[]] for _ in range({limits.max_output_bytes} // 16 // 3 - 16)]\n"
+
+    def judge() -> bool:
+        with sandbox.session(program, "f", limits) as session:
+            return values_match(session.call(), [0])
+
+    matched, peak = peak_bytes(judge)
+    assert matched is False
+    assert peak <= 8 * limits.max_output_bytes, f"{peak / 2**20:.1f} MiB"
 
 
 def test_sixteen_mebibytes_of_words_cost_the_host_little():
