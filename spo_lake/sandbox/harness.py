@@ -19,10 +19,15 @@ out, then answers one {"args": [...]} line at a time with {"value"}, {"error"} o
 by wire.py), or a {"batch": [args, ...]} line with {"batch": [reply, ...]}. Everything the sample writes is untrusted
 data to the host, which alone decides verdicts.
 
-After every sample all other processes of the sandbox are killed and /tmp (the working directory) is emptied by a
-bounded, iterative clean-up; a sandbox it cannot empty reports "clean": false and the host replaces it.
+After every sample all other processes of the sandbox are killed (and reaped) and /tmp (the working directory) is
+emptied by a bounded, iterative clean-up; a sandbox it cannot clear or empty reports "clean": false and the host
+replaces it.
 
-PIDNS=1: the sandbox has its own pid namespace, so kill(-1) reaches exactly the leftovers of a sample.
+PIDNS=1: the sandbox has its own pid namespace, so kill(-1) reaches exactly the leftovers of a sample. Two counters
+of the sandbox outlive a sample and are visible to the next: the pid namespace's last pid and the tmpfs's next
+inode number (a sample could set them to its answer, for a copycat after it to read). So the zygote reads both after
+every sample, and a sample that moved either (it made a process, a thread or a file) leaves an unclean sandbox,
+which the host replaces: the next sample sees the same counters whatever the previous one computed.
 SETUID=1: the zygote runs as root with a few capabilities (setuid, setgid, kill, file access for the clean-up), and
 each sample drops to a fresh random uid with none, which makes RLIMIT_NPROC count that sample's processes alone and
 keeps it from signalling the zygote. Otherwise the zygote makes itself undumpable, so samples under its own uid
@@ -137,27 +142,70 @@ def clean(base, budget):
 
 
 def kill_leftovers(pid, own_pidns):
-    """Kill every process the sample left behind and wait until they are gone."""
+    """Kill every process the sample left behind, reap those that are the zygote's own children (a sample cannot
+    make any: seccomp refuses CLONE_PARENT; this is the second line), and wait until all are gone. False if some
+    are still there at the deadline: the host then replaces the sandbox."""
     if not own_pidns:
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        return
+        reap_children()
+        return True
     me = os.getpid()
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + CLEAN_SECONDS
+    while True:
         try:
             os.kill(-1, signal.SIGKILL)  # every process of the namespace but init and the zygote
         except ProcessLookupError:
-            return  # there was none
-        others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
-        if not others:
-            return
+            pass  # none to signal: zombies (if any) are all that is left
+        reap_children()
+        if not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]:
+            return True
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.001)
 
 
-def supervise(pid, control, limits, base, own_pidns):
+def reap_children():
+    """Reap every child of the zygote that has exited (the sample itself is waited for by pid before)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+class Counters:
+    """The pid namespace's last pid and the tmpfs's next inode, as a sample that makes nothing leaves them."""
+
+    def __init__(self, base):
+        self.base = base
+        self.inode = self.probe_inode()
+
+    def probe_inode(self):
+        """The inode number a new file gets now (the probe costs one; it is gone again at once)."""
+        probe = os.path.join(self.base, f".spo-probe-{os.urandom(4).hex()}")
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        try:
+            return os.fstat(fd).st_ino
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+
+    def unmoved(self, sample_pid):
+        """Whether the sample (pid `sample_pid`) left both counters where the next sample of an untouched sandbox
+        would find them: no pid allocated after its own, no inode after the last probe's."""
+        with open("/proc/sys/kernel/ns_last_pid") as f:
+            last_pid = int(f.read())
+        inode, expected = self.probe_inode(), self.inode + 1
+        self.inode = inode
+        return last_pid == sample_pid and inode == expected
+
+
+def supervise(pid, control, limits, base, own_pidns, counters):
     """Wait for the sample to end (or for the host's kill, or for its files to pass the cap); then clean up."""
     pidfd = os.pidfd_open(pid)
     files_before, files_exceeded, host_gone = files_in(base), False, False
@@ -173,9 +221,10 @@ def supervise(pid, control, limits, base, own_pidns):
             os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
-    kill_leftovers(pid, own_pidns)
+    cleared = kill_leftovers(pid, own_pidns)
     report = {"exit_code": os.waitstatus_to_exitcode(status), "files_exceeded": files_exceeded,
-              "clean": clean(base, limits["clean_entries"])}
+              "clean": cleared and clean(base, limits["clean_entries"])
+              and (counters is None or counters.unmoved(pid))}
     return report, host_gone
 
 
@@ -230,6 +279,7 @@ def serve(base, own_pidns, drop_uid, fds):
         __import__(name)
     warm_up()
     gc.freeze()  # children then neither scan nor copy-on-write the zygote's own objects in collections
+    counters = Counters(base) if own_pidns else None  # without a namespace of its own there is nothing to keep
     control = Lines(0)
     while (line := control.next()) is not None:
         command = json.loads(line)
@@ -251,7 +301,7 @@ def serve(base, own_pidns, drop_uid, fds):
                 os.write(fds["err"], f"sandbox harness: {type(error).__name__}: {error}\n".encode())
                 os._exit(125)
         send(1, {"started": True})
-        report, host_gone = supervise(pid, control, limits, base, own_pidns)
+        report, host_gone = supervise(pid, control, limits, base, own_pidns, counters)
         if host_gone:
             return None
         send(1, report)

@@ -116,7 +116,7 @@ class _Sample:
     stderr: bytearray = field(default_factory=bytearray)
     stderr_bytes: int = 0
     data: bytearray = field(default_factory=bytearray)  # from the sample's data pipe, up to a newline
-    messages: list[bytes] = field(default_factory=list)  # complete lines from the data pipe
+    messages: list[bytes | bytearray] = field(default_factory=list)  # complete lines from the data pipe
     report: dict[str, Any] | None = None  # the zygote's, once the sample is over
     overflow: str = ""  # which cap was passed
     killed: bool = False
@@ -220,6 +220,7 @@ class Sandbox:
     def _finish(self, sample: _Sample, timed_out: bool) -> RunResult:
         """Stop the sample if it still runs, wait for the zygote's report, and classify the run."""
         limits = sample.limits
+        never_started = sample.started is None and sample.report is None  # the zygote's fault, not the program's
         if sample.report is None:
             self._kill(sample)
             grace = time.monotonic() + REPLY_GRACE_S
@@ -232,8 +233,8 @@ class Sandbox:
         if self._cgroup is not None and not sample.killed and (exit_code is None or exit_code < 0):
             oom_kills = self._cgroup.oom_kills()  # read only when a process died of a signal: it costs a file read
             oom, self._oom_kills = oom_kills > self._oom_kills, oom_kills
-        if report is None or not report.get("clean", False):
-            self.close()  # no answer, or a mess it could not clean: the next run gets a fresh sandbox
+        if report is None or not report.get("clean", False) or never_started:
+            self.close()  # no answer, a mess it could not clean, or too slow to start: the next run gets a fresh one
         stdout = sample.stdout.decode("utf-8", "replace")
         stderr = sample.stderr[-STDERR_TAIL_BYTES:].decode("utf-8", "replace")
         last_line = next((line for line in reversed(stderr.splitlines()) if line.strip()), "")
@@ -247,7 +248,7 @@ class Sandbox:
             return result("output_limit", sample.overflow)
         if sample.zygote_died:
             return result("runtime_error", "the sandbox's zygote died during the run")
-        if report is None and sample.started is None:
+        if never_started:
             return result("sandbox_error", f"the sandbox did not start the program within {REPLY_GRACE_S:g} s")
         if report is None:
             return result("sandbox_error", f"no report from the sandbox {REPLY_GRACE_S:g} s after the run")
@@ -430,8 +431,13 @@ class Sandbox:
             self._selector.register(fd, selectors.EVENT_READ, channel)
         self._close = weakref.finalize(self, _terminate, proc, list(host.values()), workdir, self._cgroup,
                                        self._selector)
-        if not self._ping():
-            problem = _read_available(proc.stderr.fileno()).strip() or "no answer from the zygote"
+        errors = os.dup(proc.stderr.fileno())  # still readable if the zygote dies and the pump closes the sandbox
+        try:
+            alive = self._ping()
+            problem = "" if alive else _read_available(errors).strip() or "no answer from the zygote"
+        finally:
+            os.close(errors)
+        if not alive:
             self.close()
             raise SandboxUnavailable(f"could not start a {self.mode} sandbox: {problem[-2000:]}\nHint: {INSTALL_HINT}")
         self._started_once = True
@@ -526,7 +532,7 @@ class Session:
                            lambda: min(sample.deadline(self.limits.timeout_s, asked), sample.deadline(self.budget_s)))
         if sample.messages:
             try:
-                return wire.read_message(bytes(sample.messages.pop(0)), self.limits.max_output_bytes)
+                return wire.read_message(sample.messages.pop(0), self.limits.max_output_bytes)
             except wire.BadData as error:
                 self.fail("wrong_answer", str(error))
         self.result = self.sandbox._finish(sample, _timed_out(sample))
@@ -538,8 +544,9 @@ class Session:
 
 
 def _timed_out(sample: _Sample) -> bool:
-    """After a pump: the sample started and its deadline passed (a sample never started is the sandbox's fault)."""
-    return sample.started is not None and sample.report is None and not sample.overflow
+    """After a pump: the sample started and its deadline passed (a sample never started, or whose zygote died, is
+    not a timeout)."""
+    return sample.started is not None and sample.report is None and not sample.overflow and not sample.zygote_died
 
 
 def _outcome(reply: Any) -> Any:
@@ -574,7 +581,8 @@ def _collect(sample: _Sample, channel: str, chunk: bytes) -> None:
     else:
         if b"\n" in chunk:  # split only what just came: a long line costs linear time, not quadratic
             first, *lines, rest = chunk.split(b"\n")
-            sample.messages += [bytes(sample.data + first), *lines]
+            sample.data += first  # the line itself becomes the message: no copy of up to the output cap
+            sample.messages += [sample.data, *lines]
             sample.data = bytearray(rest)
         else:
             sample.data += chunk

@@ -11,13 +11,17 @@ the program made ever reaches the check. Verification stops at the first failing
 detail the verdict records.
 
 Comparison is exact for integers and strings; only where the expected token (or value) is a float does a
-tolerance apply (`FLOAT_TOLERANCE`, absolute or relative, as CodeContests' checker).
+tolerance apply (`FLOAT_TOLERANCE`, absolute or relative, as CodeContests' checker). It never raises on anything
+the wire can carry (an int too large for a float is simply not close to one), and costs memory independent of the
+output's size: stdout tokens are compared as they are found, never split into a list first.
 """
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 import re
+import reprlib
 import time
 import warnings
 from collections import deque
@@ -32,19 +36,28 @@ FLOAT_TOLERANCE = 1e-5
 DETAIL_CHARS = 200
 _INTEGER = re.compile(r"[+-]?\d+")
 _DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+_TOKEN = re.compile(r"\S+")  # \s is str.isspace(): the tokens of str.split()
+_DETAIL_REPR = reprlib.Repr()  # a detail's repr of a value, bounded whatever the value's size
+_DETAIL_REPR.maxlevel, _DETAIL_REPR.maxstring = 4, DETAIL_CHARS
+_DETAIL_REPR.maxlong = _DETAIL_REPR.maxother = DETAIL_CHARS
 
 
 def tokens_match(actual: str, expected: str, tolerance: float = FLOAT_TOLERANCE) -> bool:
-    """Whitespace-split tokens: equal strings, or a decimal number within `tolerance` of an expected float."""
-    got, want = actual.split(), expected.split()
-    return len(got) == len(want) and all(g == w or _close_to_float(g, w, tolerance) for g, w in zip(got, want))
+    """Whitespace-separated tokens, pairwise: equal strings, or a decimal number within `tolerance` of an expected
+    float. Tokens are taken one at a time, so 16 MiB of output costs no list of millions of strings."""
+    for got, want in itertools.zip_longest(_TOKEN.finditer(actual), _TOKEN.finditer(expected)):
+        if got is None or want is None:
+            return False
+        if got[0] != want[0] and not _close_to_float(got[0], want[0], tolerance):
+            return False
+    return True
 
 
 def values_match(actual: Any, expected: Any, tolerance: float = FLOAT_TOLERANCE) -> bool:
     """A returned value against an expected JSON value: the same structure (a tuple counts as a list), exact
     integers (a bool is not one), strings and the rest; ints or floats within `tolerance` of an expected float."""
     if type(expected) is float:
-        return type(actual) in (int, float) and math.isclose(actual, expected, rel_tol=tolerance, abs_tol=tolerance)
+        return type(actual) in (int, float) and _isclose(actual, expected, tolerance)
     if type(expected) is list:
         return (type(actual) in (list, tuple) and len(actual) == len(expected)
                 and all(values_match(a, e, tolerance) for a, e in zip(actual, expected)))
@@ -88,8 +101,8 @@ def verify_call(code: str, fn_name: str, tests: Sequence[Mapping[str, Any]], tim
                 return _failed(code, started, index, failure.verdict, failure.detail)
             expected = test["output"]
             if not (values_match(value, expected) or values_match([value], expected)):
-                return _failed(code, started, index, "wrong_answer", f"expected {_short(repr(expected))}, "
-                                                                     f"got {_short(repr(value))}")
+                return _failed(code, started, index, "wrong_answer", f"expected {_short(_DETAIL_REPR.repr(expected))}, "
+                                                                     f"got {_short(_DETAIL_REPR.repr(value))}")
     return Verdict(passed=True, verdict="ok", duration_s=time.monotonic() - started, extracted_code=code)
 
 
@@ -245,7 +258,14 @@ def _close_to_float(actual: str, expected: str, tolerance: float) -> bool:
     within `tolerance` of it. Integers and words compare exactly, so 1e-5 of a large integer is not a pass."""
     if _INTEGER.fullmatch(expected) or not _DECIMAL.fullmatch(expected) or not _DECIMAL.fullmatch(actual):
         return False
-    return math.isclose(float(actual), float(expected), rel_tol=tolerance, abs_tol=tolerance)
+    return _isclose(float(actual), float(expected), tolerance)
+
+
+def _isclose(actual: int | float, expected: float, tolerance: float) -> bool:
+    try:
+        return math.isclose(actual, expected, rel_tol=tolerance, abs_tol=tolerance)
+    except OverflowError:  # an int beyond any float (10**400): not within a tolerance of a float
+        return False
 
 
 def _arguments(value: Any) -> list[Any]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 
@@ -29,6 +30,28 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             stack.append(child)
     return found
+
+
+def pid_namespace(sandbox: Sandbox) -> str:
+    """The pid namespace of a running sandbox (its bwrap's first child is the namespace's init)."""
+    assert sandbox.pid is not None
+    return os.readlink(f"/proc/{descendants(sandbox.pid)[0]}/ns/pid")
+
+
+def processes_in(namespace: str, wait_s: float = 60.0) -> list[int]:
+    """Host pids still in pid namespace `namespace` once they are gone or `wait_s` (a generous bound) has passed."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = []
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == namespace:
+                    found.append(int(entry))
+            except OSError:
+                continue  # exited while we looked
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def host_processes_with(marker: str) -> list[int]:
