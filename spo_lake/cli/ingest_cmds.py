@@ -41,7 +41,8 @@ def register(app: typer.Typer) -> None:
                tokenizer: str | None = typer.Option(None, help="tokenizer id for rows without 'tokenizer_id'"),
                reward_map: str | None = typer.Option(
                    None, help="map input rewards to the lake's 0 (pass) / -1 (fail): input=lake pairs such as "
-                              f"1=0,0=-1, or a convention: {CONVENTIONS}"),
+                              "1=0,0=-1, a threshold for float scores such as >=0.5 (pass at or above it), or a "
+                              f"convention: {CONVENTIONS}"),
                extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
                hf: bool = typer.Option(False, "--hf", help="PATH is a Hugging Face dataset name or save_to_disk dir"),
                split: str = typer.Option("train", help="dataset split with --hf"),
