@@ -19,14 +19,14 @@ from spo_lake.tasks import SandboxOptions
 from spo_lake.trl_lake import record_rollouts
 
 
-def grpo_trainer(lake: Lake, model_dir: str, out: str, run_id: str, max_steps: int) -> trl.GRPOTrainer:
+def grpo_trainer(lake: Lake, model_dir: str, out: str, run_id: str, max_steps: int, **config) -> trl.GRPOTrainer:
     """Tiny and fast: one prompt a step, two completions of at most 4 tokens, no saving or reporting."""
     lake.snapshot(f"prompts-{run_id}")
     data = export(lake, f"prompts-{run_id}", "prompt").to_dataset()
     args = trl.GRPOConfig(output_dir=out, run_name=run_id, max_steps=max_steps, per_device_train_batch_size=2,
                           num_generations=2, max_completion_length=4, temperature=1.0, learning_rate=1e-3,
                           use_cpu=True, report_to=[], save_strategy="no", logging_steps=1, seed=0,
-                          dataloader_num_workers=0, disable_tqdm=True)
+                          dataloader_num_workers=0, disable_tqdm=True, **config)
     return trl.GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir),
                            reward_funcs=verifier_reward(SandboxOptions(timeout_s=5.0)), args=args,
                            train_dataset=data, processing_class=AutoTokenizer.from_pretrained(model_dir))
