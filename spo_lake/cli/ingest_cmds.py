@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
             dump_format = detect(path)
         if dump_format is not None and dump_format not in FORMATS:
             raise InputError(f"--from {dump_format!r}: one of {', '.join(FORMATS)}")
-        dump = Dump(dump_format, reward_column) if dump_format is not None else None
+        dump = Dump(dump_format, reward_column, run_id) if dump_format is not None else None
         counts = DumpCounts()
 
         def batches():

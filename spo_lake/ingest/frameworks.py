@@ -45,6 +45,7 @@ class Dump:
 
     fmt: str
     reward_column: str | None = None
+    run_id: str | None = None  # for dumps that name no run (trl, verl); default: the dump directory's name
 
 
 @dataclass
@@ -103,9 +104,10 @@ def dump_records(path: str, dump: Dump, counts: DumpCounts, mapped: bool) -> Ite
     files = _files(p, fmt)
     if not files:
         raise IngestError(f"{path}: no {fmt} rollout files (see `spolake ingest --help`)")
-    run = (p.parent if p.is_file() else p).resolve().name
+    run = dump.run_id or (p.parent if p.is_file() else p).resolve().name
     if fmt == "trl":
-        run = (p.parent.parent if p.is_file() else p.parent if p.name == "completions" else p).resolve().name
+        run = dump.run_id or (p.parent.parent if p.is_file() else p.parent if p.name == "completions"
+                              else p).resolve().name
         for f in files:
             yield from _trl(f, run, counts, reward_column, mapped)
     elif fmt == "verl":

@@ -46,6 +46,9 @@ def test_verl_rollout_dump_needs_a_reward_map_then_lands_with_its_steps(tmp_path
                          "reward_map": ">=1"}
     assert spolake(lake, "ingest", FIXTURES / "verl" / "rollout", "--from", "verl", "--task", "countdown",
                    "--reward-map", ">=1")[2].startswith(f"{FIXTURES / 'verl' / 'rollout'}: 0 new, 4 already present")
+    spolake(lake, "ingest", FIXTURES / "verl" / "rollout" / "2.jsonl", "--from", "verl", "--task", "countdown",
+            "--reward-map", ">=1", "--run-id", "ppo-7")
+    assert Lake.open(lake).sql("SELECT count(*) AS n FROM trajectories WHERE run_id = 'ppo-7'").column("n")[0].as_py() == 2
 
 
 def test_prime_rl_episodes_land_per_trace_and_errored_ones_are_counted(tmp_path):
