@@ -28,7 +28,7 @@ _API = {
     "IngestError": "spo_lake.ingest", "IngestReport": "spo_lake.ingest", "RewardMap": "spo_lake.ingest",
     "ingest_prompts": "spo_lake.ingest",
     "Export": "spo_lake.exports", "Shape": "spo_lake.exports", "export": "spo_lake.exports",
-    "verifier_reward": "spo_lake.rewards",
+    "verifier_reward": "spo_lake.rewards", "record_rollouts": "spo_lake.trl_lake",
 }
 __all__ = ["__version__", "ingest", *_API]
 

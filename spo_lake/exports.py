@@ -15,6 +15,12 @@ Shapes:
 - `prompt`: one row per prompt with what a reward function needs (`spo_lake.rewards`): `prompt`, `prompt_id`,
   `task`, `problem` (the prompt row's own text), `tests`, `time_limit_s`, `memory_limit_mb`, `prompt_metadata`
   (JSON text). Default selection: every prompt.
+- `verl-rl`: verl's RL dataset (as its examples/data_preprocess scripts write it), one row per prompt: `data_source`
+  (`spo_lake/<task>`), `prompt` ([{role: user, content}]), `ability` (the task), `reward_model` {style: "rule",
+  ground_truth: the tests as JSON text}, `extra_info` {index, prompt_id, split: "train"}. Default: every prompt.
+- `verl-sft`: verl's SFT dataset: `messages` (user prompt + assistant answer, for the multi-turn / engine trainer),
+  `prompt` and `response` as text (the single-turn trainer), `prompt_id`, `trajectory_id`. Default selection: as sft.
+  See docs/interop.md for the verl config lines that read them.
 
 For the shaped exports the query selects rows by id: it must return `trajectory_id` (sft, dpo) or `prompt_id`
 (prompt), and the rows are ordered by prompt_id, then trajectory_id. Every export carries its provenance (snapshot,
@@ -41,6 +47,8 @@ class Shape(str, Enum):
     sft = "sft"
     dpo = "dpo"
     prompt = "prompt"
+    verl_rl = "verl-rl"
+    verl_sft = "verl-sft"
 
 
 class ExportFormat(str, Enum):
@@ -57,6 +65,7 @@ _SELECTS = {
     Shape.dpo: ("trajectory_id", "SELECT trajectory_id FROM trajectories"),
     Shape.prompt: ("prompt_id", "SELECT prompt_id FROM prompts"),
 }
+_SELECTS[Shape.verl_rl], _SELECTS[Shape.verl_sft] = _SELECTS[Shape.prompt], _SELECTS[Shape.sft]
 
 # The prompt row's fields, for its task's format of the prompt (`_shown`).
 _PROMPT_FIELDS = "p.task, p.prompt, p.tests, p.time_limit_s, p.memory_limit_mb, p.metadata AS prompt_metadata"
@@ -192,6 +201,21 @@ def _prompt(lake: Lake, snap, query: str, chat: bool) -> pa.Table:
                         "prompt_metadata"])
 
 
+def _verl_rl(lake: Lake, snap, query: str, chat: bool) -> pa.Table:
+    out = [{"data_source": f"spo_lake/{r['task']}", "prompt": [{"role": "user", "content": r["shown"]}],
+            "ability": r["task"], "reward_model": {"style": "rule", "ground_truth": r["tests"] or ""},
+            "extra_info": {"index": i, "prompt_id": r["prompt_id"], "split": "train"}}
+           for i, r in enumerate(_rows(lake, snap, _PROMPTS_SQL, query))]
+    return _table(out, ["data_source", "prompt", "ability", "reward_model", "extra_info"])
+
+
+def _verl_sft(lake: Lake, snap, query: str, chat: bool) -> pa.Table:
+    out = [{"messages": [{"role": "user", "content": r["shown"]}, {"role": "assistant", "content": r["response_text"]}],
+            "prompt": r["shown"], "response": r["response_text"], "prompt_id": r["prompt_id"],
+            "trajectory_id": r["trajectory_id"]} for r in _rows(lake, snap, _SFT_SQL, query)]
+    return _table(out, ["messages", "prompt", "response", "prompt_id", "trajectory_id"])
+
+
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> pa.Table:
     """Rows as Arrow, keeping the column order even when there are none."""
     if rows:
@@ -199,4 +223,5 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> pa.Table:
     return pa.table({c: pa.array([], pa.string()) for c in columns})
 
 
-_BUILDERS = {Shape.sft: _sft, Shape.dpo: _dpo, Shape.prompt: _prompt}
+_BUILDERS = {Shape.sft: _sft, Shape.dpo: _dpo, Shape.prompt: _prompt, Shape.verl_rl: _verl_rl,
+             Shape.verl_sft: _verl_sft}

@@ -15,10 +15,10 @@ which TRL reads as "this reward function does not apply".
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from spo_lake.tasks import Problem, SandboxOptions, task_names
+from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task, task_names
 from spo_lake.tasks.judge import judge_many
 
 
@@ -44,27 +44,41 @@ def problems_from_columns(n: int, columns: dict[str, list[Any]]) -> list[Problem
     return out
 
 
-def verifier_reward(options: SandboxOptions = SandboxOptions(), workers: int | None = None) -> Callable[..., list]:
-    """A reward function for TRL trainers (GRPO, RLOO, ...) that judges completions with the tasks' verifiers.
+class VerifierReward:
+    """The reward function `verifier_reward` returns: callable like any TRL reward function, and `verdicts` gives
+    the verdicts themselves (with the verifier's name), for callers that record them (`spo_lake.trl_lake`)."""
 
-    `options` are the sandbox limits and mode (bubblewrap by default; `mode="none"` runs generated code unsandboxed
-    and is for trusted data only); `workers` the parallel sandboxes (default: cores). Needs the columns of
-    `export(..., shape="prompt")` in the training dataset. Returns 0.0 (pass), -1.0 (fail) or None (unknown task).
-    """
-    def spo_lake_verifier(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+    __name__ = "spo_lake_verifier"  # TRL names a reward function's metrics after it
+
+    def __init__(self, options: SandboxOptions, workers: int | None) -> None:
+        self.options, self.workers = options, workers
+
+    def verdicts(self, completions: list[Any], columns: dict[str, Any]) -> list[tuple[str, Verdict] | None]:
+        """(verifier name, verdict) of each completion; None where the row's task is unknown."""
         missing = [c for c in ("task", "problem", "tests") if c not in columns]
         if missing:
             raise KeyError(f"spo_lake_verifier needs the columns of `spolake export --shape prompt`; missing "
                            f"{', '.join(missing)}")
         problems = problems_from_columns(len(completions), columns)
         todo = [(i, p) for i, p in enumerate(problems) if p is not None]
-        verdicts = judge_many([(p, completion_text(completions[i])) for i, p in todo], options, workers)
-        rewards: list[float | None] = [None] * len(completions)
-        for (i, _), verdict in zip(todo, verdicts):
-            rewards[i] = verdict.reward
-        return rewards
+        judged = judge_many([(p, completion_text(completions[i])) for i, p in todo], self.options, self.workers)
+        out: list[tuple[str, Verdict] | None] = [None] * len(completions)
+        for (i, p), verdict in zip(todo, judged):
+            out[i] = (get_task(p.task).verifier_name(p), verdict)
+        return out
 
-    return spo_lake_verifier
+    def __call__(self, prompts: list[Any], completions: list[Any], **columns: Any) -> list[float | None]:
+        return [None if v is None else v[1].reward for v in self.verdicts(completions, columns)]
 
 
-__all__ = ["completion_text", "problems_from_columns", "verifier_reward"]
+def verifier_reward(options: SandboxOptions = SandboxOptions(), workers: int | None = None) -> VerifierReward:
+    """A reward function for TRL trainers (GRPO, RLOO, ...) that judges completions with the tasks' verifiers.
+
+    `options` are the sandbox limits and mode (bubblewrap by default; `mode="none"` runs generated code unsandboxed
+    and is for trusted data only); `workers` the parallel sandboxes (default: cores). Needs the columns of
+    `export(..., shape="prompt")` in the training dataset. Returns 0.0 (pass), -1.0 (fail) or None (unknown task).
+    """
+    return VerifierReward(options, workers)
+
+
+__all__ = ["VerifierReward", "completion_text", "problems_from_columns", "verifier_reward"]

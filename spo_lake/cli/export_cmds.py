@@ -16,7 +16,8 @@ def register(app: typer.Typer) -> None:
                query: str | None = typer.Option(None, help="SQL selecting the rows (raw), or the trajectory_id "
                                                    "(sft, dpo) / prompt_id (prompt) of the rows to shape"),
                shape: Shape = typer.Option(Shape.raw, help="raw rows; sft: prompt + completion; dpo: prompt + chosen "
-                                           "+ rejected pairs; prompt: one row per prompt for a reward function"),
+                                           "+ rejected pairs; prompt: one row per prompt for a reward function; "
+                                           "verl-rl / verl-sft: verl's RL / SFT Parquet (docs/interop.md)"),
                chat: bool = typer.Option(False, "--chat", help="prompts and answers as {role, content} messages"),
                format: ExportFormat = typer.Option(ExportFormat.parquet, "--format",
                                                    help="parquet, jsonl or hf (a datasets save_to_disk directory)"),

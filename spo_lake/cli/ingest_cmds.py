@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import asdict
+from pathlib import Path
 
 import typer
 
@@ -11,6 +13,7 @@ from spo_lake.errors import InputError
 from spo_lake.ingest import PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, ingest_trajectories, load_batch
 from spo_lake.ingest.core import BATCH_ROWS, IngestReport, load_batches
 from spo_lake.ingest.datasets import DATASETS, ingest_dataset
+from spo_lake.ingest.frameworks import FORMATS, Dump, DumpCounts, detect
 from spo_lake.ingest.records import SOURCES
 from spo_lake.ingest.shapes import REWARD_CONVENTIONS, TRAJECTORY_FIELD_DOCS, ExtraFields, RewardMap
 
@@ -32,7 +35,13 @@ def report_json(path: str | None, report: IngestReport) -> dict:
 def register(app: typer.Typer) -> None:
     @app.command(help=INGEST_HELP)
     @user_errors
-    def ingest(path: str = typer.Argument(..., help="JSONL(.gz), Parquet, CSV file, or a dataset with --hf"),
+    def ingest(path: str = typer.Argument(..., help="JSONL(.gz), Parquet, CSV file, a dataset with --hf, or a "
+                                                    "trainer's rollout dump (a directory, or a file with --from)"),
+               dump_format: str | None = typer.Option(
+                   None, "--from", help=f"PATH is a rollout dump of: {', '.join(FORMATS)} (default for a directory: "
+                                        "the one format that fits; see docs/interop.md)"),
+               reward_column: str | None = typer.Option(None, help="--from trl: the reward function column to "
+                                                                   "record (default: the only one)"),
                source: str = typer.Option("import", help=f"one of: {', '.join(SOURCES)}"),
                map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src (repeatable)"),
                task: str | None = typer.Option(None, help="task for prompts created from a 'prompt' field"),
@@ -41,7 +50,8 @@ def register(app: typer.Typer) -> None:
                tokenizer: str | None = typer.Option(None, help="tokenizer id for rows without 'tokenizer_id'"),
                reward_map: str | None = typer.Option(
                    None, help="map input rewards to the lake's 0 (pass) / -1 (fail): input=lake pairs such as "
-                              f"1=0,0=-1, or a convention: {CONVENTIONS}"),
+                              "1=0,0=-1, a threshold for float scores such as >=0.5 (pass at or above it), or a "
+                              f"convention: {CONVENTIONS}"),
                extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
                hf: bool = typer.Option(False, "--hf", help="PATH is a Hugging Face dataset name or save_to_disk dir"),
                split: str = typer.Option("train", help="dataset split with --hf"),
@@ -52,10 +62,18 @@ def register(app: typer.Typer) -> None:
             raise InputError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         rewards = RewardMap.parse(reward_map) if reward_map else None
         mapping = parse_map(map)
+        if dump_format is None and not hf and Path(path).is_dir():
+            dump_format = detect(path)
+        if dump_format is not None and dump_format not in FORMATS:
+            raise InputError(f"--from {dump_format!r}: one of {', '.join(FORMATS)}")
+        dump = Dump(dump_format, reward_column, run_id) if dump_format is not None else None
+        counts = DumpCounts()
 
         def batches():
+            nonlocal counts
+            counts = DumpCounts()  # read afresh when the plan is redone under the lock
             return load_batches(path, TRAJECTORY_FIELDS, "trajectories", mapping, split if hf else None, extra,
-                                rewards, batch_rows)
+                                rewards, batch_rows, dump, counts)
 
         next(iter(batches()))  # a missing, empty or unreadable input fails before a lake is created
         lake = open_lake(create=True)
@@ -65,8 +83,9 @@ def register(app: typer.Typer) -> None:
             report = ingest_trajectories(lake, batches, source=source, task=task,
                                          defaults={"model": model, "run_id": run_id, "tokenizer": tokenizer})
         if format is OutputFormat.json:
-            emit_json(report_json(path, report))
-        console.print(f"{path}: {report.summary()}")
+            emit_json(report_json(path, report) | ({"dump": dump_format, **asdict(counts)} if dump else {}))
+        held = f"; {counts.summary()}" if counts.summary() else ""
+        console.print(f"{path}: {report.summary()}{held}")
 
     @prompts_app.command("add")
     @user_errors

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spo_lake.errors import InputError
+from spo_lake.ingest.frameworks import Dump, DumpCounts, dump_records
 from spo_lake.ingest.ids import SeenIds, adopt_unattributed, response_digests, trajectory_ids
 from spo_lake.ingest.readers import (
     IngestError,
@@ -74,26 +75,30 @@ def load_batch(path: str, fields: dict[str, str], what: str, mapping: dict[str, 
 
 def load_batches(path: str, fields: dict[str, str], what: str, mapping: dict[str, str] | None = None,
                  hf_split: str | None = None, extra: ExtraFields = ExtraFields.metadata,
-                 reward_map: RewardMap | None = None, batch_rows: int = BATCH_ROWS) -> Iterator[Batch]:
+                 reward_map: RewardMap | None = None, batch_rows: int = BATCH_ROWS, dump: Dump | None = None,
+                 counts: DumpCounts | None = None) -> Iterator[Batch]:
     """`load_batch`, streamed: batches of at most `batch_rows` input rows, each naming rows by their place in the
-    whole input. JSONL, CSV and Parquet are read incrementally; a dataset is memory-mapped by `datasets` already."""
+    whole input. JSONL, CSV and Parquet are read incrementally; a dataset is memory-mapped by `datasets` already.
+    With `dump`, `path` is another trainer's rollout dump (`frameworks.py`); `counts` gets what it held."""
     if batch_rows < 1:
         raise InputError(f"batch size must be at least 1, got {batch_rows}")
     shaping = Shaping(fields, what, extra, reward_map)
-    if hf_split is not None:
+    if dump is None and hf_split is not None:
         table = read_hf(path, hf_split)
         if table.num_rows == 0:
             raise IngestError(f"{path}[{hf_split}]: no records")
         for start in range(0, table.num_rows, batch_rows):
             yield typed_batch(table.slice(start, batch_rows), f"{path}[{hf_split}]", shaping, mapping, start)
         return
-    if is_parquet(path):
+    if dump is None and is_parquet(path):
         start = 0
         for table in read_parquet_batches(Path(path), batch_rows):
             yield typed_batch(table, path, shaping, mapping, start)
             start += table.num_rows
         return
-    records = rename(read_records(path), mapping or {})
+    rows = (read_records(path) if dump is None
+            else dump_records(path, dump, counts or DumpCounts(), mapped=reward_map is not None))
+    records = rename(rows, mapping or {})
     while chunk := list(itertools.islice(records, batch_rows)):
         yield shaped_batch(chunk, shaping)
 

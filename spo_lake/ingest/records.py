@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 
 from spo_lake.ingest.readers import IngestError, Located
 
-SOURCES = ("human", "reference", "cot", "spo", "ppo", "grpo", "policy", "pts_rollout", "import")
+SOURCES = ("human", "reference", "cot", "spo", "ppo", "grpo", "policy", "pts_rollout", "import", "trl-grpo", "verl",
+           "prime-rl")
 
 # field -> logical input type
 TRAJECTORY_FIELDS: dict[str, str] = {

@@ -131,7 +131,7 @@ def require_lake_rewards(batch: Batch) -> None:
     i = _first(pc.and_(pc.is_valid(col), pc.invert(pc.is_in(col, pa.array([0.0, -1.0])))))
     if i is not None:
         raise IngestError(f"{batch.where(i)}: field 'reward': value {col[i].as_py()!r} is not 0 (pass) or -1 (fail); "
-                          "map another convention with --reward-map 1=0,0=-1 (or --reward-map binary)")
+                          "map another convention with --reward-map 1=0,0=-1 (or binary; >=0.5 for float scores)")
 
 
 # ---- the rules of each record kind ------------------------------------------------------------------------------

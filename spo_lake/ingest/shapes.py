@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -67,26 +68,43 @@ class ExtraFields(str, Enum):
 
 @dataclass(frozen=True)
 class RewardMap:
-    """Input reward value -> lake reward (0 or -1), e.g. `RewardMap.parse("1=0,0=-1")` for a 1/0 dataset."""
+    """Input reward value -> lake reward (0 or -1), e.g. `RewardMap.parse("1=0,0=-1")` for a 1/0 dataset, or a
+    threshold for float scores: `RewardMap.parse(">=0.5")` passes a score of at least 0.5 and fails any other."""
 
     values: dict[float, float]
     text: str
+    threshold: float | None = None
 
     @classmethod
     def parse(cls, text: str) -> RewardMap:
-        """From "input=lake,..." pairs or a convention name (binary: 1=0,0=-1; signed: 1=0,-1=-1)."""
+        """From "input=lake,..." pairs, a convention name (binary: 1=0,0=-1; signed: 1=0,-1=-1) or ">=T"."""
         text = REWARD_CONVENTIONS.get(text, text)
+        if text.startswith(">="):
+            try:
+                threshold = float(text[2:])
+            except ValueError:
+                threshold = math.nan
+            if not math.isfinite(threshold):
+                raise InputError(f"reward map {text!r}: expected a finite number after >=, such as >=0.5")
+            return cls({}, f">={threshold:g}", threshold)
         values: dict[float, float] = {}
         for item in text.split(","):
             try:
                 src, dst = (float(x) for x in item.split("="))
             except ValueError:
-                raise InputError(f"reward map {text!r}: expected input=lake pairs such as 1=0,0=-1, or one of "
-                                 f"{', '.join(REWARD_CONVENTIONS)}") from None
+                raise InputError(f"reward map {text!r}: expected input=lake pairs such as 1=0,0=-1, a threshold such "
+                                 f"as >=0.5, or one of {', '.join(REWARD_CONVENTIONS)}") from None
             if dst not in LAKE_REWARDS:
                 raise InputError(f"reward map {text!r}: maps {src:g} to {dst:g}; lake rewards are 0 (pass) or -1")
             values[src] = dst
         return cls(values, ",".join(f"{k:g}={v:g}" for k, v in values.items()))
+
+    def lake_reward(self, value: float) -> float | None:
+        """The lake reward of an input value; None when the map does not cover it (a NaN never passes a threshold
+        and is no key, so it is refused too)."""
+        if self.threshold is not None:
+            return None if not math.isfinite(value) else 0.0 if value >= self.threshold else -1.0
+        return self.values.get(value)
 
 
 @dataclass(frozen=True)
@@ -306,9 +324,10 @@ def _resolve_reward(where: str, rec: dict[str, Any], reward_map: RewardMap | Non
     reward: Any = rec.get("reward")
     if reward_map is not None and type(reward) in (int, float):  # other types are the type stage's to name
         original = float(reward)
-        if original not in reward_map.values:
+        mapped = reward_map.lake_reward(original)
+        if mapped is None:
             raise IngestError(f"{where}: field 'reward': value {reward!r} is not in the reward map {reward_map.text}")
-        rec["reward"] = reward = reward_map.values[original]
+        rec["reward"] = reward = mapped
         provenance = {"reward_input": original, "reward_map": reward_map.text}
     passed = rec.pop("passed", None)
     if passed is None:

@@ -11,6 +11,7 @@ equals); two correct trajectories of a prompt are the same program when `spolake
 - FIRST_SOLVED_SQL    per solved prompt: the source, run and trajectory that solved it first (by created_at).
 - COVERAGE_SQL        per source and run: prompts with ≥1 correct solution, and how many of those it solved first.
 - HARDEST_SOLVED_SQL  prompts some source solved, lowest π0 Monte-Carlo success rate (Q0, the `values` table) first.
+- REPLAY_SQL          past rollouts ranked the way replay buffers sample them (see below).
 `solves_over_snapshots` runs PROMPT_SOLVES_SQL at each of several snapshots (e.g. a chain's) and summarises.
 """
 from __future__ import annotations
@@ -73,6 +74,47 @@ FROM q0 q JOIN trajectories t USING (prompt_id) JOIN v USING (trajectory_id)
 WHERE v.passed AND {{where}}
 GROUP BY q.prompt_id, q.q0_n, q.q0_success ORDER BY q0_rate, q.prompt_id LIMIT $limit
 """
+
+
+# Replay: rollouts with a policy version and a verdict, each with
+#   staleness       versions behind the newest rollout of its run (max(policy_version) over the run - its own);
+#   group_variance  the variance of the rewards of its group (same run, prompt and policy version: a GRPO group);
+#                   0 means every sample of the group agreed, no advantage signal, so such rows are left out (as
+#                   DAPO's dynamic sampling drops them);
+#   draws           times it may already have been drawn. The lake does not record draws, so this counts the
+#                   training runs (`runs.kind = 'train'`) started after the rollout was written: each could have
+#                   sampled it, an upper bound;
+#   priority        group_variance / (1 + staleness) / (1 + draws): informative, fresh, rarely replayed first.
+# Rows more than {max_staleness} versions behind are left out; ties break by trajectory_id (deterministic).
+REPLAY_SQL = f"""
+WITH v AS ({VERDICT_SQL}),
+scored AS (
+    SELECT t.trajectory_id, t.prompt_id, t.run_id, t.policy_version, v.reward,
+           max(t.policy_version) OVER (PARTITION BY t.run_id) - t.policy_version AS staleness,
+           var_pop(v.reward) OVER (PARTITION BY t.run_id, t.prompt_id, t.policy_version) AS group_variance,
+           (SELECT count(*) FROM runs r WHERE r.kind = 'train' AND r.created_at > t.created_at) AS draws
+    FROM trajectories t JOIN v USING (trajectory_id)
+    WHERE t.policy_version IS NOT NULL AND {{where}})
+SELECT *, group_variance / (1 + staleness) / (1 + draws) AS priority
+FROM scored WHERE staleness <= {{max_staleness}} AND group_variance > 0
+ORDER BY priority DESC, trajectory_id
+"""
+
+
+def replay_sql(where: str | None = None, max_staleness: int = 4, limit: int | None = None) -> str:
+    """REPLAY_SQL as a query (for `export --query`, `spolake sql`), the top `limit` rows if given."""
+    sql = REPLAY_SQL.format(where=_where(where), max_staleness=int(max_staleness)).strip()
+    return f"{sql}\nLIMIT {int(limit)}" if limit is not None else sql
+
+
+def replay_stream_where(where: str | None = None, max_staleness: int = 4, limit: int = 1024) -> str:
+    """A lake stream's `where` (`streams.X.where`) that keeps the replay view's top `limit` rollouts."""
+    return f"trajectory_id IN (SELECT trajectory_id FROM ({replay_sql(where, max_staleness, limit)}))"
+
+
+def replay(lake: Lake, snapshot: str | None = None, where: str | None = None, max_staleness: int = 4,
+           limit: int | None = None) -> pa.Table:
+    return lake.sql(replay_sql(where, max_staleness, limit), snapshot)
 
 
 def _where(where: str | None) -> str:

@@ -192,5 +192,5 @@ def test_unknown_source_option_is_refused(ready, lake_dir, tmp_path):
     path.write_text(jsonl([row()]))
     result = ready("ingest", path, "--source", "martian")
     assert result.exit_code == 1 and result.stderr.strip().splitlines() == [
-        "error: --source 'martian': unknown (one of human, reference, cot, spo, ppo, grpo, policy, pts_rollout, import)"]
+        "error: --source 'martian': unknown (one of human, reference, cot, spo, ppo, grpo, policy, pts_rollout, import, trl-grpo, verl, prime-rl)"]
     assert Lake.open(lake_dir).count("trajectories") == 0

@@ -45,7 +45,7 @@ def test_reward_map_extra_and_schema_names_through_the_cli(spolake, lake_dir, tm
     assert refused.exit_code == 1
     assert refused.stderr.strip().splitlines() == [
         f"error: {data}:line 1: field 'reward': value 1.0 is not 0 (pass) or -1 (fail); map another convention with "
-        "--reward-map 1=0,0=-1 (or --reward-map binary)"]
+        "--reward-map 1=0,0=-1 (or binary; >=0.5 for float scores)"]
     assert Lake.open(lake_dir).count("trajectories") == 0
     assert spolake(*base, "--extra", "error", "--reward-map", "binary").exit_code == 1
     done = spolake(*base, "--reward-map", "1=0,0=-1")
