@@ -77,6 +77,7 @@ def import_model(out: str | Path, gguf: str | None = None, directory: str | None
     holds either nothing or a whole model."""
     if (gguf is None) == (directory is None):
         raise InputError("give exactly one of --from-gguf FILE|NAME and --from-dir DIR")
+    provenance: dict[str, Any]
     if gguf is not None:
         path = resolve_gguf(gguf)
         provenance = {"format": "gguf", "source": str(path), "sha256": sha256_file(path)}
