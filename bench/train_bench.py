@@ -18,6 +18,13 @@ Targets: SPO with cache >= 0.9x SFT tokens/s (issue 5), >= 1.0x (issue 15); PPO 
 
 --threads 0 (the default) applies the trainer's thread policy (spo_lake.models.threads: the cores available).
 
+--model DIR trains a given model directory instead (e.g. the imported SmolLM2-135M-Instruct: `spolake model import
+--from-gguf smollm2 --out models/smollm2`); --like DIR with --hidden/--layers/--intermediate builds a random-weight
+model of DIR's architecture and tokenizer at another size (--heads: attention heads, a third of them key-value heads).
+Besides RSS, each variant reports the training state by tensor accounting: bytes of parameters (policy, value model,
+live π0), gradients, optimiser states, and the activations autograd saves for the backward pass (a saved-tensors
+hook over one update, counting each storage once). --json FILE writes every figure.
+
 The model is a randomly initialised Llama of the tiny model's architecture scaled up (throughput does not depend
 on the weights); the lake holds countdown problems with multi-line solutions, Q0 counts and cached log-probs.
 """
@@ -66,12 +73,17 @@ def build(root: Path, args: argparse.Namespace) -> None:
 
     prompts, solutions = make_problems(args.batch * 2, seed=5)
     responses = {s["prompt_id"]: "\n".join([s["response"]] * args.lines) for s in solutions}
-    tokenizer = build_tokenizer([p["prompt"] for p in prompts] + list(responses.values()))
-    config = TinyConfig(hidden_size=args.hidden, intermediate_size=3 * args.hidden, num_layers=args.layers,
-                        num_heads=max(1, args.hidden // 64), max_position_embeddings=2048)
-    model = make_model(config, tokenizer)
-    model.save_pretrained(root / "model")
-    tokenizer.save_pretrained(root / "model")
+    if args.model:  # trained as it is: the lake's ids resolve through the link to the same directory
+        (root / "model").symlink_to(Path(args.model).resolve())
+    elif args.like:
+        build_like(Path(args.like), root / "model", args)
+    else:
+        tokenizer = build_tokenizer([p["prompt"] for p in prompts] + list(responses.values()))
+        config = TinyConfig(hidden_size=args.hidden, intermediate_size=3 * args.hidden, num_layers=args.layers,
+                            num_heads=max(1, args.hidden // 64), max_position_embeddings=2048)
+        model = make_model(config, tokenizer)
+        model.save_pretrained(root / "model")
+        tokenizer.save_pretrained(root / "model")
 
     lake = Lake.init(root / "lake")
     add_prompts(lake, from_records(located(prompts, "bench"), PROMPT_FIELDS, "prompts"))
@@ -85,6 +97,48 @@ def build(root: Path, args: argparse.Namespace) -> None:
                             "temperature": 1.0, "top_p": 1.0, "n": 8, "n_success": 2} for p in prompts])
     refprobs(lake, pi0, show_progress=False)
     lake.snapshot("bench")
+
+
+def build_like(like: Path, out: Path, args: argparse.Namespace) -> None:
+    """A random-weight model of `like`'s architecture and tokenizer, resized."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(like)
+    heads = args.heads or max(1, args.hidden // 64)
+    config.update({"hidden_size": args.hidden, "num_hidden_layers": args.layers, "num_attention_heads": heads,
+                   "num_key_value_heads": max(1, heads // 3), "head_dim": args.hidden // heads,
+                   "intermediate_size": args.intermediate or 3 * args.hidden})
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out)
+    AutoTokenizer.from_pretrained(like).save_pretrained(out)
+
+
+def tensor_mb(tensors, exclude: frozenset[int] = frozenset()) -> float:
+    """Bytes of distinct storages among `tensors` (other than those at the `exclude` addresses), in MiB."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in exclude:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values()) / 2**20
+
+
+def training_state(trainer, update) -> dict:
+    """Tensor accounting of one update (see the module doc); runs `update` once more, under a saved-tensors hook."""
+    saved: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        update()
+    params = [p for group in trainer.optimizer.param_groups for p in group["params"]]
+    reference = list(trainer._reference.parameters()) if trainer._reference is not None else []
+    return {"params_mb": tensor_mb(params), "reference_mb": tensor_mb(reference),
+            "grads_mb": tensor_mb(p.grad for p in params if p.grad is not None),
+            "optimizer_mb": tensor_mb(v for state in trainer.optimizer.state.values() for v in state.values()),
+            # weights saved for the backward pass are not new memory
+            "activations_mb": tensor_mb(saved, frozenset(p.untyped_storage().data_ptr() for p in params + reference))}
 
 
 # ---------------------------------------------------------------------------------------------- one variant (child)
@@ -156,13 +210,14 @@ def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
         seconds.append(time.perf_counter() - started)
         cpu_seconds.append(time.process_time() - cpu_started)
     peak = torch.cuda.max_memory_allocated() / 2**20 - baseline if device == "cuda" else resident_mb("VmHWM") - baseline
+    state = training_state(trainer, update) if variant != "sft" else {}
     trainer.close()
     # The trainer loads π0 on first use: the cached variant must never have needed it, the live one must have.
     live_reference = trainer._reference is not None
     assert live_reference == (variant in ("spo_live", "ppo")), f"{variant}: live π0 loaded = {live_reference}"
     return {"variant": variant, "device": device, "threads": args.threads, "step_seconds": seconds,
             "step_cpu_seconds": cpu_seconds, "tokens_per_step": tokens,
-            "peak_mb": peak, "parameters": sum(p.numel() for p in trainer.model.parameters())}
+            "peak_mb": peak, "parameters": sum(p.numel() for p in trainer.model.parameters()), **state}
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -179,6 +234,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="subprocess runs per variant, interleaved")
     parser.add_argument("--threads", type=int, default=0, help="torch threads; 0 = the thread policy's default")
     parser.add_argument("--device", default="auto", help="auto (cuda when available) or cpu")
+    parser.add_argument("--model", help="train this model directory (its own tokenizer) instead of a random one")
+    parser.add_argument("--like", help="a random-weight model of this directory's architecture, resized")
+    parser.add_argument("--heads", type=int, default=0, help="--like: attention heads (default hidden / 64)")
+    parser.add_argument("--intermediate", type=int, default=0, help="--like: MLP width (default 3 x hidden)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
+    parser.add_argument("--json", help="write the figures to this JSON file")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--root", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -189,9 +250,9 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="train-bench-"))
     try:
         build(root, args)
-        runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+        runs: dict[str, list[dict]] = {v: [] for v in args.variants.split(",")}
         for _ in range(args.rounds):  # rounds alternate the variants, so machine load hits all of them alike
-            for variant in VARIANTS:
+            for variant in runs:
                 child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--variant", variant,
                                         "--root", str(root)], capture_output=True, text=True)
                 if child.returncode != 0:
@@ -206,21 +267,30 @@ def main() -> None:
         results[variant] = {**rs[0], "step_s": step_s, "tokens_per_s": rs[0]["tokens_per_step"] / step_s,
                             "cpu_s": cpu_s, "tokens_per_cpu_s": rs[0]["tokens_per_step"] / cpu_s,
                             "peak_mb": max(r["peak_mb"] for r in rs)}
-    first = results["sft"]
+    first = results.get("sft") or next(iter(results.values()))
     print(f"model {first['parameters'] / 1e6:.1f} M parameters on {first['device']}, batch {args.batch}, "
           f"{first['tokens_per_step']:.0f} tokens/step, {first['threads']} threads, "
           f"load average {os.getloadavg()[0]:.1f}")
-    print(f"{'variant':<12}{'tokens/s':>10}{'s/step':>9}{'vs SFT':>8}{'CPU s/step':>12}{'vs SFT':>8}{'peak MB':>10}")
+    print(f"{'variant':<12}{'tokens/s':>10}{'s/step':>9}{'CPU s/step':>12}{'peak MB':>10}"
+          f"{'params':>9}{'π0':>7}{'grads':>8}{'optim':>8}{'activ':>8}  (MiB)")
     for name, r in results.items():
-        print(f"{name:<12}{r['tokens_per_s']:>10.0f}{r['step_s']:>9.3f}{r['tokens_per_s'] / first['tokens_per_s']:>8.2f}"
-              f"{r['cpu_s']:>12.3f}{r['tokens_per_cpu_s'] / first['tokens_per_cpu_s']:>8.2f}{r['peak_mb']:>10.0f}")
-    speed = results["spo_cached"]["tokens_per_s"] / first["tokens_per_s"]
-    cpu_speed = results["spo_cached"]["tokens_per_cpu_s"] / first["tokens_per_cpu_s"]
-    memory_live = results["ppo"]["peak_mb"] / results["spo_live"]["peak_mb"]
-    memory_cached = results["ppo"]["peak_mb"] / results["spo_cached"]["peak_mb"]
-    print(f"SPO (cached π0) / SFT throughput: {speed:.2f} wall, {cpu_speed:.2f} CPU time  (target >= 1.0)")
-    print(f"PPO / SPO peak memory: {memory_live:.2f} vs live-π0 SPO, {memory_cached:.2f} vs cached-π0 SPO "
-          f"(target >= 1.3)")
+        print(f"{name:<12}{r['tokens_per_s']:>10.0f}{r['step_s']:>9.3f}{r['cpu_s']:>12.3f}{r['peak_mb']:>10.0f}"
+              + "".join(f"{r.get(k, float('nan')):>{w}.0f}" for k, w in (("params_mb", 9), ("reference_mb", 7),
+                        ("grads_mb", 8), ("optimizer_mb", 8), ("activations_mb", 8))))
+    ratios = {}
+    if {"sft", "spo_cached"} <= set(results):
+        ratios["spo_cached_over_sft_tokens_per_s"] = results["spo_cached"]["tokens_per_s"] / first["tokens_per_s"]
+    for spo in ("spo_cached", "spo_live"):
+        if {"ppo", spo} <= set(results):
+            for key in ("peak_mb", "step_s", "cpu_s"):
+                ratios[f"ppo_over_{spo}_{key}"] = results["ppo"][key] / results[spo][key]
+            state = [k for k in ("params_mb", "reference_mb", "grads_mb", "optimizer_mb", "activations_mb")]
+            ratios[f"ppo_over_{spo}_state"] = sum(results["ppo"][k] for k in state) / sum(results[spo][k] for k in state)
+    for key, value in ratios.items():
+        print(f"{key}: {value:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "load_average": os.getloadavg()[0],
+                                               "results": results, "ratios": ratios}, indent=2, default=str))
 
 
 if __name__ == "__main__":

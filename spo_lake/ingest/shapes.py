@@ -42,7 +42,7 @@ TRAJECTORY_FIELD_DOCS = {
     "prompt_id": "the problem's id (default: prompt-<sha256 of the prompt text>)",
     "response_text": "the model's answer text (also: response, and TRL's completion)",
     "prompt": "prompt text, or {role, content} messages; creates the problem with --task",
-    "task": "the problem's task (countdown, humaneval, codecontests, taco)",
+    "task": "the problem's task (countdown, humaneval, codecontests, taco, pyfunc)",
     "messages": "a conversation ending with the assistant's answer (instead of prompt + response_text)",
     "chosen / rejected": "a preference pair: two trajectories, reward 0 and -1",
     "reward": "0 (pass) or -1 (fail); other conventions with --reward-map",

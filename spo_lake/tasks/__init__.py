@@ -12,6 +12,7 @@ _TASKS = {
     "humaneval": "spo_lake.tasks.humaneval:TASK",
     "codecontests": "spo_lake.tasks.codecontests:TASK",
     "taco": "spo_lake.tasks.taco:TASK",
+    "pyfunc": "spo_lake.tasks.pyfunc:TASK",
 }
 
 

@@ -170,12 +170,17 @@ class HumanEvalTask:
     def verifier_name(self, problem: Problem) -> str:
         return "humaneval"
 
+    def code_prefix(self, problem: Problem) -> str:
+        """What the extracted code is appended to (assemble_program) and what the check sees: HumanEval's prompt is
+        code (imports, helpers, the signature)."""
+        return problem.prompt
+
     def verify(self, problem: Problem, response: str, options: SandboxOptions) -> Verdict:
         code = extract_code(response).code
-        entry_point = problem.tests["entry_point"]
-        program = assemble_program(problem.prompt, code, entry_point)
+        entry_point, prefix = problem.tests["entry_point"], self.code_prefix(problem)
+        program = assemble_program(prefix, code, entry_point)
         timeout_s, memory_mb = run_limits(problem, options)
-        verdict = verify_humaneval(program, problem.tests["program"], entry_point, prompt=problem.prompt,
+        verdict = verify_humaneval(program, problem.tests["program"], entry_point, prompt=prefix,
                                    timeout_s=timeout_s, memory_mb=memory_mb, mode=options.mode)
         return dataclasses.replace(verdict, extracted_code=code)
 
