@@ -53,7 +53,7 @@ class DemoScale:
     lr: float
     eval_every: int
     eval_max_prompts: int
-    product_fraction: float = 0.03  # π0's skill gap: problems that need * or / are this rare in its SFT mix
+    product_fraction: float = 0.005  # π0's skill gap: problems that need * or / are this rare in its SFT mix (docs)
     sign_off_fraction: float = 0.0  # π0's sign-off habit (off: the report measures the skill gap alone)
     samples_per_prompt: int = 4  # GRPO's group size (and every arm's online rollouts per prompt)
 
