@@ -22,7 +22,7 @@ CASES = [
 
 
 def run(cmd: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
 
 
 def test_every_run_exits_with_the_code_the_command_chose(tmp_path):

@@ -51,7 +51,7 @@ class Verb:
     def stderr(self) -> str:
         return ANSI.sub("", b"".join(self.chunks).decode(errors="replace")).replace("\r", "\n")
 
-    def wait_until(self, ready: Callable[[Verb], bool], timeout: float = 120) -> None:
+    def wait_until(self, ready: Callable[[Verb], bool], timeout: float = 600) -> None:
         deadline = time.monotonic() + timeout
         while not ready(self):
             assert self.proc.poll() is None, f"exited {self.proc.returncode} before its work started:\n{self.stderr}"
@@ -142,7 +142,7 @@ def test_ingest_stops_all_or_nothing_and_a_rerun_lands_everything(work):
     args = ["--lake", "lake", "ingest", "big.jsonl", "--source", "policy", "--model", "m"]
     interrupt(args, work, shows("validating and writing"))
     assert readable(work / "lake")["trajectories"] in (before["trajectories"], before["trajectories"] + BIG)
-    done = subprocess.run([SPOLAKE, *args], cwd=work, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([SPOLAKE, *args], cwd=work, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr
     assert readable(work / "lake")["trajectories"] == before["trajectories"] + BIG
 

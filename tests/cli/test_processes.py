@@ -44,7 +44,7 @@ def test_concurrent_ingests_lose_no_row_and_fail_no_command(tmp_path):
         files.append(tmp_path / f"part{k}.jsonl")
         write_input(files[-1], 300, f"p{k}")
     procs = [spolake(lake, "ingest", str(f), "--task", "countdown", "--source", "policy") for f in [*files, files[0]]]
-    outputs = [p.communicate(timeout=120) for p in procs]
+    outputs = [p.communicate(timeout=1200) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, outputs
     new = [int(re.search(r": (\d+) new, (\d+) already present", err).group(1)) for _, err in outputs]
     assert sum(new) == 900  # the duplicated input counts once, whichever process committed it
@@ -60,7 +60,7 @@ def test_sigkill_during_ingest_leaves_all_or_nothing_and_a_retry_completes(tmp_p
     args = ("ingest", str(data), "--task", "countdown", "--source", "policy")
 
     start = time.monotonic()  # a full run on a scratch lake times the kills
-    assert spolake(tmp_path / "scratch", *args).wait(timeout=300) == 0
+    assert spolake(tmp_path / "scratch", *args).wait(timeout=1200) == 0
     full = time.monotonic() - start
 
     lake = tmp_path / "lake"
@@ -81,7 +81,7 @@ def test_sigkill_during_ingest_leaves_all_or_nothing_and_a_retry_completes(tmp_p
     assert killed >= 2
 
     retry = spolake(lake, *args)
-    _, err = retry.communicate(timeout=300)
+    _, err = retry.communicate(timeout=1200)
     assert retry.returncode == 0, err
     assert re.search(r": \d+ new, \d+ already present", err)
     got = counts(lake)
@@ -96,6 +96,6 @@ def test_bad_input_in_a_real_process_is_one_line_and_exit_code_1(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt_id": "p1", "response": "a", "reward": NaN}\n')
     proc = spolake(tmp_path / "lake", "ingest", str(bad))
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=1200)
     assert proc.returncode == 1 and out == ""
     assert err.splitlines() == [f"error: {bad}:line 1: field 'reward': value nan is not finite"]

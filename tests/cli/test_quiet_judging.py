@@ -12,7 +12,7 @@ SPOLAKE = str(Path(sys.executable).with_name("spolake"))
 def test_evaluate_shows_no_syntax_warnings_of_candidates(tmp_path):
     def spolake(*args: str) -> subprocess.CompletedProcess:
         done = subprocess.run([SPOLAKE, "--lake", str(tmp_path / "lake"), *args], capture_output=True, text=True,
-                              timeout=300)
+                              timeout=1200)
         assert done.returncode == 0, done.stderr
         return done
 

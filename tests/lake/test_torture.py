@@ -31,7 +31,7 @@ def read_loop(root: str, stop: threading.Event, seen: dict[str, set[int]], failu
         for snap in [None, *seen]:
             args = [SPOLAKE, "--lake", root, "sql", "SELECT count(*) AS n FROM trajectories", "--format", "json"]
             done = subprocess.run(args + (["--snapshot", snap] if snap else []), capture_output=True, text=True,
-                                  timeout=120)
+                                  timeout=1200)
             if done.returncode != 0:
                 errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
                 if len(errors) != 1 or "Traceback" in done.stderr:
@@ -39,7 +39,7 @@ def read_loop(root: str, stop: threading.Event, seen: dict[str, set[int]], failu
             elif snap:
                 seen[snap].add(json.loads(done.stdout)["n"])
         listed = subprocess.run([SPOLAKE, "--lake", root, "snapshot", "list", "--format", "json"],
-                                capture_output=True, text=True, timeout=120)
+                                capture_output=True, text=True, timeout=1200)
         for s in json.loads(listed.stdout) if listed.returncode == 0 else []:
             seen.setdefault(s["name"], set())
 

@@ -142,6 +142,6 @@ def test_cli_runs_on_its_own_ray_instance_and_rejects_a_bad_executor(fast_model_
 
     spolake = Path(sys.executable).with_name("spolake")
     done = subprocess.run([spolake, "--lake", tmp_path / "lake", "evaluate", "--executor", "ray", "--format", "json"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["evaluated"] == json.loads(done.stdout)["passed"] == 13  # the human solutions

@@ -107,7 +107,7 @@ def test_hardest_solved_prompts_are_ordered_by_pi0s_success_rate(lake):
 def test_the_report_commands_print_the_views_and_draw_them(lake, tmp_path):
     def report(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "spo_lake.cli.app", "--lake", lake.root, "report", *args],
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=1200)
 
     coverage_csv = report("coverage", "--snapshot", "s2", "--where", NOT_HUMAN, "--format", "csv",
                           "--png", str(tmp_path / "c.png"))

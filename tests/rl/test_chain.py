@@ -176,7 +176,7 @@ def test_from_previous_checkpoint_trains_run_2_from_run_1s_weights_with_pi0_as_r
 
     # the same command with another setting is refused: the chain was started with a different config
     changed = subprocess.run(chain_cmd(lake, config, 3, "--from-previous-checkpoint"), capture_output=True,
-                             text=True, timeout=120)
+                             text=True, timeout=1200)
     assert changed.returncode != 0 and "different base_config" in changed.stderr
 
 
@@ -193,7 +193,7 @@ def test_a_failing_run_stops_the_chain_with_one_line_and_a_bad_config_names_its_
                                                                                    tmp_path):
     config = write_config(tmp_path, fast_model_dir)
     failed = subprocess.run(chain_cmd(lake, config, 2, "--set", 'streams.lake.where="no_such_column"'),
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=1200)
     assert failed.returncode == 1
     assert failed.stderr.strip().splitlines()[-1] == \
         "error: chain c: run 1 (c-run-1) exited with 1; re-run the same command to continue it"
@@ -202,5 +202,5 @@ def test_a_failing_run_stops_the_chain_with_one_line_and_a_bad_config_names_its_
     assert [(r["run_id"], r["status"]) for r in runs] == [("c-run-1", "pinned")]
 
     config.write_text(config.read_text().replace("steps = 4", "steps = 0"))
-    bad = subprocess.run(chain_cmd(lake, config, 1), capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(chain_cmd(lake, config, 1), capture_output=True, text=True, timeout=1200)
     assert bad.returncode == 1 and bad.stderr.strip() == f"error: {config}:line 3: config: steps must be >= 1, got 0"

@@ -69,7 +69,7 @@ def torchrun(lake: Lake, run_dir: Path, args: list[str]) -> None:
            "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     command = ["timeout", "300", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                "2", RANK_LAUNCHER, "train", "--quiet", *args]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=330)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
 
 

@@ -132,7 +132,7 @@ def test_resume_after_kill_9_reproduces_the_uninterrupted_run(lake, fast_model_d
     assert resumed_from < 12
 
     resume = subprocess.run([sys.executable, "-c", CLI, "train", "--resume", str(run_dir), "--quiet", "--set",
-                             "steps=12"], env=env, capture_output=True, text=True, timeout=300)
+                             "steps=12"], env=env, capture_output=True, text=True, timeout=1200)
     assert resume.returncode == 0, resume.stderr[-2000:]
     assert without_timings(read_metrics(run_dir)) == without_timings(read_metrics(uninterrupted.run_dir))
     count = "SELECT count(*) AS n FROM trajectories WHERE run_id = '{}'"
