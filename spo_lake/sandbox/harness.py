@@ -150,7 +150,9 @@ def kill_leftovers(pid, own_pidns):
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        reap_children()
+        deadline = time.monotonic() + CLEAN_SECONDS  # a killed child becomes reapable a moment later (under load)
+        while reap_children() and time.monotonic() < deadline:
+            time.sleep(0.001)
         return True
     me = os.getpid()
     deadline = time.monotonic() + CLEAN_SECONDS
@@ -168,14 +170,15 @@ def kill_leftovers(pid, own_pidns):
 
 
 def reap_children():
-    """Reap every child of the zygote that has exited (the sample itself is waited for by pid before)."""
+    """Reap every child of the zygote that has exited (the sample itself is waited for by pid before); True while
+    some child is still running."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return False
         if pid == 0:
-            return
+            return True
 
 
 class Counters:
