@@ -70,9 +70,6 @@ FULL_SEEDS = (0, 1, 2)
 OFFLINE_WHERE = "passed AND NOT duplicate"
 
 
-ONLINE_ONLY = ("PPO", "GRPO", "SPO online")  # the arms that never read the lake
-
-
 def methods(scale: DemoScale) -> dict[str, dict[str, Any]]:
     """Run configs per method. Mixed runs add lake rows on top of the same online rollouts per step; SFT→GRPO's SFT
     steps come before its online steps (as many lake rows as SPO half-online reads), so every arm samples
