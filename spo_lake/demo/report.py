@@ -115,8 +115,13 @@ def prompt_values(out: Path, seeds: list[dict[str, Any]], group: str = "all",
     return out_values
 
 
+def _prompt_mean(by_prompt: dict[str, float]) -> float:
+    """The mean over prompts (0 for none): a seed's pass@k over a problem group."""
+    return sum(by_prompt.values()) / max(len(by_prompt), 1)
+
+
 def _mean(values: list[dict], metric: str) -> float:
-    per_seed = [sum(v[metric].values()) / max(len(v[metric]), 1) for v in values]
+    per_seed = [_prompt_mean(v[metric]) for v in values]
     return sum(per_seed) / max(len(per_seed), 1)
 
 
@@ -160,7 +165,7 @@ def table_rows(out: Path, seeds: list[dict[str, Any]]) -> list[list[str]]:
             for metric in ("pass@1", "pass@10"):
                 for v in per_seed:
                     rows.setdefault(name, {}).setdefault(f"{group} {metric}", []).append(
-                        sum(v[metric].values()) / max(len(v[metric]), 1))
+                        _prompt_mean(v[metric]))
     for s in seeds:
         first = s["methods"][0]["curve"][0]
         if first.get("train/pass@1") is not None:
@@ -192,8 +197,7 @@ def print_table(rows: list[list[str]], title: str) -> None:
 
 
 def _group_pass(out: Path, seed: int, run_id: str, step: int, groups: dict[str, str], group: str, k: int) -> float:
-    values = per_prompt_pass(_in_group(_counts(out, seed, run_id, step)["held_out"], groups, group), k)
-    return sum(values.values()) / max(len(values), 1)
+    return _prompt_mean(per_prompt_pass(_in_group(_counts(out, seed, run_id, step)["held_out"], groups, group), k))
 
 
 PANELS = (("skill", "pass@1"), ("skill", "pass@10"), ("other", "pass@1"), ("train", "pass@1"))
