@@ -11,7 +11,8 @@ family: step time and memory do not depend on the weights, and the real weights 
 the machine.
 
 Variants per model: spo_cached (policy only; π0's log-probs given, as from the lake's cache), spo_live (policy +
-a no-grad π0 forward), ppo (policy + value model + live π0; one AdamW over both, as the trainer). Per variant:
+a no-grad π0 forward), ppo (policy + value model + live π0; one AdamW over both, as the trainer), grpo (policy
+only: TRL's default has no KL term, so no π0; group-relative advantages over groups of 4, `spo_lake.rl.grpo_math`). Per variant:
 median step time over --steps after --warmup, response tokens/s, peak allocated memory (torch.cuda), and MFU =
 achieved FLOP/s over --peak-tflops (790 = H100/H200 dense bf16 as the issue counts it): FLOPs per response-bearing
 token 6N for each trained model and 2N for each no-grad forward, over all prompt+response tokens.
@@ -34,10 +35,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's spo_lake, without installing it
 
 from spo_lake.models.sampling import gather_token_log_probs, positions_from_mask  # noqa: E402
+from spo_lake.rl.grpo_math import group_advantages, grpo_loss  # noqa: E402
 from spo_lake.rl.losses import spo_loss  # noqa: E402
 from spo_lake.rl.ppo_math import gae, kl_penalized_rewards, ppo_policy_loss, value_loss, whiten  # noqa: E402
 
 BETA = 0.1
+GROUP = 4  # GRPO: rollouts per prompt
 SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                     num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)
 # Llama-3.2-1B's body with SmolLM2's vocabulary: ~1.07 B parameters
@@ -83,7 +86,8 @@ def token_log_probs(model, input_ids, attention_mask, width: int) -> torch.Tenso
 def run_variant(variant: str, shape: dict, args, dtype: torch.dtype, device: str) -> dict:
     policy = make_model(shape, dtype, device, seed=0)
     n_params = sum(p.numel() for p in policy.parameters())
-    reference = make_model(shape, dtype, device, seed=0).requires_grad_(False) if variant != "spo_cached" else None
+    live_reference = variant in ("spo_live", "ppo")  # GRPO as TRL runs it by default: no KL term, no π0
+    reference = make_model(shape, dtype, device, seed=0).requires_grad_(False) if live_reference else None
     value = ValueHead(shape, dtype, device) if variant == "ppo" else None
     params = list(policy.parameters()) + (list(value.parameters()) if value is not None else [])
     optimizer = torch.optim.AdamW(params, lr=1e-6)
@@ -103,7 +107,10 @@ def run_variant(variant: str, shape: dict, args, dtype: torch.dtype, device: str
                 ref = token_log_probs(reference, input_ids, attention_mask, width)
         else:
             ref = cached
-        if value is None:
+        if variant == "grpo":  # on-policy (ratio 1), groups of GROUP rollouts of one prompt, no KL (TRL's default)
+            advantages = group_advantages(reward, torch.arange(args.batch, device=device) // GROUP)
+            loss = grpo_loss(logp, logp.detach(), advantages, mask).loss
+        elif value is None:
             loss = spo_loss(logp, ref, mask, reward, torch.full_like(reward, 0.3), BETA, loss="ce").loss
         else:
             values = value(input_ids, attention_mask, width)
@@ -187,7 +194,7 @@ def main() -> None:
                     "prompt_tokens": args.prompt_tokens, "response_tokens": args.response_tokens, "models": {}}
     for name, shape in models.items():
         results = {}
-        for variant in ("spo_cached", "spo_live", "ppo"):
+        for variant in ("spo_cached", "spo_live", "ppo", "grpo"):
             results[variant] = run_variant(variant, shape, args, dtype, device)
             if device == "cuda":
                 torch.cuda.empty_cache()
@@ -195,8 +202,8 @@ def main() -> None:
             print(f"{name:<14}{r['variant']:<12}{r['step_s']:>8.3f} s/step{r['response_tokens_per_s']:>10.0f} tok/s"
                   f"  MFU {r['mfu']:.3f}" + (f"  peak {r['peak_memory_gib']:.1f} GiB" if r["peak_memory_gib"] else ""),
                   flush=True)
-        ratios = {f"ppo_over_{v}_{k}": results["ppo"][k] / results[v][k]
-                  for v in ("spo_cached", "spo_live") for k in ("step_s", "peak_memory_gib")
+        ratios = {f"{a}_over_{v}_{k}": results[a][k] / results[v][k]
+                  for a in ("ppo", "grpo") for v in ("spo_cached", "spo_live") for k in ("step_s", "peak_memory_gib")
                   if results[v][k] is not None}
         report["models"][name] = {"variants": results, "ratios": ratios}
     report["vllm"] = vllm_rollouts(SMOLLM2_135M, args) if device == "cuda" else {"skipped": "dry run (CPU)"}

@@ -1,5 +1,6 @@
 """Training-step throughput and peak memory: SFT (the floor), SPO with cached π0 log-probs, SPO with a live π0,
-and PPO with its value model — same model, same batch, same run.
+PPO with its value model, and GRPO (no value model; TRL's default of no KL term, so no π0) — same model, same
+batch, same run.
 
 Every variant runs the trainer's own update (`Trainer.update`) on one fixed batch drawn from a lake stream (SFT:
 the same forward pass with the token cross-entropy), in its own subprocess so that memory is measured cleanly:
@@ -42,7 +43,8 @@ from pathlib import Path
 
 import torch
 
-VARIANTS = ("sft", "spo_cached", "spo_live", "ppo")
+VARIANTS = ("sft", "spo_cached", "spo_live", "ppo", "grpo")
+GRPO_GROUP = 4  # rollouts per prompt in the GRPO variant
 
 
 def resident_mb(field: str = "VmRSS") -> float:
@@ -173,8 +175,10 @@ def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
     device = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
     lines = [f'model="{model_id}"', 'snapshot="bench"', f'run_dir="{root / "runs"}"', f"batch_size={args.batch}",
              f"threads={args.threads}", 'loss="squared"', "lr=1e-5", "warmup_steps=0", f'device="{device}"', "write_back=false"]
-    lines += ['algorithm="ppo"', 'streams.online.kind="online"', "streams.online.fraction=1.0"] if variant == "ppo" \
-        else ['streams.lake.kind="lake"', "streams.lake.fraction=1.0"]
+    online = ['streams.online.kind="online"', "streams.online.fraction=1.0"]
+    lines += {"ppo": ['algorithm="ppo"', *online],
+              "grpo": ['algorithm="grpo"', f"samples_per_prompt={GRPO_GROUP}", *online]}.get(
+        variant, ['streams.lake.kind="lake"', "streams.lake.fraction=1.0"])
     config = load_config(None, lines)
     lake = Lake.open(root / "lake")
     tokenizer_only = TransformersPolicy.from_pretrained(model_id)  # tokenises the stream's rows
@@ -184,10 +188,13 @@ def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
     # The stream finds π0's cached log-probs by the id the trainer uses: every row has them, none was recomputed.
     assert stream.ref_recomputed == 0 and all(e.ref_logprobs is not None for e in examples), \
         f"{variant}: rows without cached π0 log-probs under {config.pi0_id}"
-    if variant in ("spo_live", "ppo"):  # no cache: π0 runs live (online rollouts never have cached log-probs)
-        sampled = ("behavior_logprobs", "policy_logprobs") if variant == "ppo" else ()  # PPO's π_old: here π0's
+    if variant in ("spo_live", "ppo", "grpo"):  # online rows: no cached π0 (SPO, PPO run it live; GRPO has no KL)
+        # PPO's and GRPO's π_old: here π0's log-probs; GRPO's groups: GRPO_GROUP consecutive rows
+        sampled = ("behavior_logprobs", "policy_logprobs") if variant != "spo_live" else ()
         examples = [type(e)(**{**vars(e), "ref_logprobs": None, "behavior_logprobs": None,
-                               **{k: e.ref_logprobs for k in sampled}}) for e in examples]
+                               **{k: e.ref_logprobs for k in sampled},
+                               **({"group": i // GRPO_GROUP} if variant == "grpo" else {})})
+                    for i, e in enumerate(examples)]
     stream.close()
     del tokenizer_only
 
@@ -280,12 +287,14 @@ def main() -> None:
     ratios = {}
     if {"sft", "spo_cached"} <= set(results):
         ratios["spo_cached_over_sft_tokens_per_s"] = results["spo_cached"]["tokens_per_s"] / first["tokens_per_s"]
-    for spo in ("spo_cached", "spo_live"):
-        if {"ppo", spo} <= set(results):
-            for key in ("peak_mb", "step_s", "cpu_s"):
-                ratios[f"ppo_over_{spo}_{key}"] = results["ppo"][key] / results[spo][key]
-            state = [k for k in ("params_mb", "reference_mb", "grads_mb", "optimizer_mb", "activations_mb")]
-            ratios[f"ppo_over_{spo}_state"] = sum(results["ppo"][k] for k in state) / sum(results[spo][k] for k in state)
+    state = ("params_mb", "reference_mb", "grads_mb", "optimizer_mb", "activations_mb")
+    for peer in ("ppo", "grpo"):
+        for spo in ("spo_cached", "spo_live"):
+            if {peer, spo} <= set(results):
+                for key in ("peak_mb", "step_s", "cpu_s"):
+                    ratios[f"{peer}_over_{spo}_{key}"] = results[peer][key] / results[spo][key]
+                ratios[f"{peer}_over_{spo}_state"] = (sum(results[peer][k] for k in state)
+                                                      / sum(results[spo][k] for k in state))
     for key, value in ratios.items():
         print(f"{key}: {value:.2f}")
     if args.json:

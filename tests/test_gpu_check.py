@@ -15,8 +15,9 @@ def test_gpu_check_dry_run_writes_every_figure(tmp_path):
     report = json.loads(out.read_text())
     assert report["dry_run"] and report["vllm"] == {"skipped": "dry run (CPU)"}
     variants = report["models"]["dry"]["variants"]
-    assert set(variants) == {"spo_cached", "spo_live", "ppo"}
+    assert set(variants) == {"spo_cached", "spo_live", "ppo", "grpo"}
     for r in variants.values():
         for key in ("step_s", "response_tokens_per_s", "tflops", "mfu"):
             assert math.isfinite(r[key]) and r[key] > 0, (r["variant"], key)
-    assert {"ppo_over_spo_cached_step_s", "ppo_over_spo_live_step_s"} <= set(report["models"]["dry"]["ratios"])
+    assert {"ppo_over_spo_cached_step_s", "ppo_over_spo_live_step_s", "grpo_over_spo_cached_step_s"} <= set(
+        report["models"]["dry"]["ratios"])
