@@ -24,15 +24,17 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def demo(out: Path = typer.Option(Path("demo-out"), help="where the lakes, models, runs, report and plots go"),
-             quick: bool = typer.Option(False, "--quick", help="one small seed (~3 min) instead of the full demo"),
+             quick: bool = typer.Option(False, "--quick",
+                                        help="one small seed, not the full demo (~19 min on 2 busy cores)"),
              seeds: str = typer.Option(None, help="comma-separated seeds; default 0,1,2 (full) or 0 (--quick)"),
              seed: int = typer.Option(None, hidden=True, help="one seed (old spelling of --seeds N)"),
              chain: bool = typer.Option(False, "--chain", help="the cumulative-lake experiment instead: per seed, "
                                         "K independent SPO half-online runs vs a chain of K (spo_lake.demo.chain)"),
              runs: int = typer.Option(3, "--runs", min=1, help="--chain: runs per arm")) -> None:
-        """Per seed: build a lake with the quickstart recipe, train PPO and three SPO variants from its snapshot,
-        evaluate π0 and every method on held-out and training prompts. Then a report over the seeds: mean ± std,
-        the paper's claims as paired differences with bootstrap intervals, plots. Re-running continues."""
+        """Per seed: build a lake with the quickstart recipe (π0 rarely multiplies; the lake holds solutions that do),
+        train seven arms from its snapshot (PPO, GRPO, SPO online, SPO half-online, SPO + MC, SFT→GRPO, GRPO + lake
+        solutions), evaluate π0 and every arm on held-out and training prompts. Then a report over the seeds:
+        mean ± std, the paper's claims as paired differences with bootstrap intervals, plots. Re-running continues."""
         from spo_lake.cli.train_cmds import quiet_transformers
         from spo_lake.demo.run import run_demo
 

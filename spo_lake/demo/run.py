@@ -120,7 +120,7 @@ def run_config(name: str, method: dict[str, Any], out: Path, scale: DemoScale, s
     pi0 = str(out / "models" / "pi0")
     return {
         "model": pi0, "reference": pi0, "snapshot": f"demo-{seed}", "steps": scale.train_steps,
-        "lr": scale.lr, "warmup_steps": 5, "model_update_interval": 2, "max_new_tokens": 48, "q0_prior": 0.5,
+        "lr": scale.lr, "warmup_steps": 5, "model_update_interval": 2, "max_new_tokens": 48,
         "prompts_where": train_where(seed), "eval_every": scale.eval_every, "eval_where": held_out_where(seed),
         "eval_train_where": train_where(seed), "eval_max_prompts": scale.eval_max_prompts, "eval_n": 20,
         "eval_k": [1, 10], "run_dir": str(out / "runs"), "run_name": f"{_slug(name)}-s{seed}", "seed": seed,

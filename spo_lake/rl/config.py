@@ -64,7 +64,11 @@ class TrainConfig:
     loss: str = "ce"
     beta: float = PAPER_BETA
     q0_prior: float = 0.0  # Beta(a, a) pseudo-counts on π0's Monte-Carlo success rate: S0 = (s + a)/(n + 2a); 0 = s/n
-    ce_eps: float = 1e-6  # CE loss: Q/β is clipped to ≤ −ce_eps in the forward pass (straight-through), §3.1.1
+    # CE loss: Q/β is clipped to ≤ −ce_eps in the forward pass (straight-through), §3.1.1. A wrong sequence whose
+    # Q_T/β reaches the clip gets a gradient of ~1/ce_eps per token against a correct one's 1: at 1e-6 one such
+    # sequence outweighed the batch in 2–16 of 40 steps (gradient norms ~1e6, docs/results-skill-gap.md); at 0.05
+    # (success estimates capped at 0.95) its weight is ~20 and none did.
+    ce_eps: float = 0.05
     advantage_scale: float = 1.0  # advantage objective: both sides warped by σ(·/(advantage_scale·β))
     # data
     snapshot: str = ""  # "" = pin a new snapshot named after the run

@@ -228,6 +228,28 @@ def test_ce_clip_is_straight_through():
     assert torch.isfinite(logp.grad).all()
 
 
+def test_the_trainers_default_clip_keeps_one_wrong_sequence_from_outweighing_a_batch():
+    """A wrong rollout whose Q_T/β reached the clip (a prompt whose Q̂0 is 0, a policy that already favours it) gets
+    ~1/ce_eps per token; a correct lake row far below its target gets 1. At the old 1e-6 one such sequence was a
+    million correct ones (gradient norms ~1e6 in 2–16 of 40 steps); the default bounds it near 20."""
+    from spo_lake.rl.config import TrainConfig
+
+    eps = TrainConfig().ce_eps
+
+    def per_token_gradient(reward: float, q0: float, eps: float) -> float:
+        policy = torch.zeros(1, 4, dtype=torch.float64, requires_grad=True)
+        spo_loss(policy, torch.zeros(1, 4, dtype=torch.float64), torch.ones(1, 4, dtype=torch.bool),
+                 torch.tensor([reward], dtype=torch.float64), torch.tensor([q0], dtype=torch.float64), PAPER_BETA,
+                 loss="ce", eps=eps).loss.backward()
+        return policy.grad.abs().max().item()
+
+    correct_far_below = per_token_gradient(0.0, -1.0, eps)  # a lake solution to a prompt π0 never solved
+    wrong_at_clip = per_token_gradient(-1.0, 0.0, eps)
+    assert correct_far_below == pytest.approx(1.0)
+    assert wrong_at_clip <= 25 * correct_far_below
+    assert per_token_gradient(-1.0, 0.0, 1e-6) > 1e5  # what the clip at 1e-6 gave
+
+
 def test_ce_loss_is_minimised_at_the_target_probability():
     logp = torch.linspace(-6, -0.01, 2000, dtype=torch.float64)
     for x in (0.05, 0.5, 0.9):
