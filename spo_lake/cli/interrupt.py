@@ -4,8 +4,9 @@ The first SIGINT raises `Interrupted` in the main thread, so `finally` blocks an
 (a pipeline's `runs` row says failed, a trainer closes its worker). Some waits cannot be cut short from Python:
 a `with ThreadPoolExecutor` block finishes every queued job before it exits, a sandbox run its test. So the
 first SIGINT also arms a watchdog: GRACE_S later, or at a second SIGINT, the process leaves through os._exit
-wherever it is. That is safe for the lake for the same reason a SIGKILL is: every write is a Delta commit, which
-either lands whole or not at all, and every verb skips what earlier commits hold, so a rerun continues.
+wherever it is (the watchdog first records the runs still open as interrupted: `spo_lake.ending`). That is safe
+for the lake for the same reason a SIGKILL is: every write is a Delta commit, which either lands whole or not at
+all, and every verb skips what earlier commits hold, so a rerun continues.
 
 `Interrupted` is not a KeyboardInterrupt on purpose: click turns those into "Aborted!" and exit 1.
 """
@@ -15,6 +16,8 @@ import os
 import signal
 import sys
 import threading
+
+from spo_lake.ending import record_open_endings
 
 EXIT_CODE = 130
 GRACE_S = 1.5
@@ -38,10 +41,17 @@ def _on_sigint(signum: int, frame: object) -> None:
     if _fired.is_set():  # a second Ctrl-C: no more waiting
         leave()
     _fired.set()
-    watchdog = threading.Timer(GRACE_S, leave)
+    watchdog = threading.Timer(GRACE_S, _force_exit)
     watchdog.daemon = True
     watchdog.start()
     raise Interrupted
+
+
+def _force_exit() -> None:
+    """The watchdog: record the open runs as interrupted (spo_lake.ending: their own records may be stuck behind a
+    pool), then leave. A second Ctrl-C leaves at once, even while a record is under way."""
+    record_open_endings()
+    leave()
 
 
 def leave() -> None:

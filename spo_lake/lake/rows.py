@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from importlib import metadata as package_metadata
 from typing import TYPE_CHECKING, Any
 
+from spo_lake.ending import open_ending
 from spo_lake.lake.contracts import to_json_text
 
 if TYPE_CHECKING:
@@ -130,9 +131,10 @@ def recorded_run(lake: Lake, kind: str, config: dict[str, Any]) -> Iterator[RunR
                                       metrics=run.metrics, manifest=manifest)])
 
     write("running")
-    try:
-        yield run
-    except BaseException as exc:
-        write(ended_status(exc))
-        raise
-    write("finished")
+    with open_ending(write) as end:  # a forced exit (Ctrl-C's watchdog) records it interrupted
+        try:
+            yield run
+        except BaseException as exc:
+            end(ended_status(exc))
+            raise
+        end("finished")

@@ -18,12 +18,14 @@ import json
 import math
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from spo_lake.console import progress_bar
+from spo_lake.ending import open_ending
 from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
@@ -425,38 +427,43 @@ class Trainer:
         metrics_log = rundir.MetricsLog(self.run_dir, resume_step=(self.step or -1) if self.resuming else None) \
             if main else None
         last: dict[str, Any] = {}
-        try:
-            if c.eval_every and self.step == 0 and metrics_log is not None:  # π0 itself: every curve's first point
-                metrics_log.log({"step": 0, **self.evaluate()})
-            self._start_worker()
-            with progress_bar("loss", "reward", "tok_s", disable=not self.show_progress) as bar:
-                task = bar.add_task(f"{c.algorithm} {self.run_id}", total=c.steps, completed=self.step,
-                                    loss="-", reward="-", tok_s="-")
-                while self.step < c.steps:
-                    record = {**self.train_step(), **self._last_rollouts,
-                              "lake_rows_skipped": sum(s.skipped for s in self.lake_streams.values()),
-                              "ref_cache_mismatch": sum(s.ref_recomputed for s in self.lake_streams.values())}
-                    if c.eval_every and self.step % c.eval_every == 0 and main:
-                        record.update(self.evaluate())
-                    if metrics_log is not None:
-                        metrics_log.log(record)
-                    last.update(record)
-                    reward = record.get(f"reward/{c.streams[self.online_index].name}") \
-                        if self.online_index is not None else None
-                    bar.update(task, completed=self.step, loss=f"{record['loss']:.4f}",
-                               reward="-" if reward is None else f"{reward:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-                    if ((c.checkpoint_every and self.step % c.checkpoint_every == 0) or self.step == c.steps) and main:
-                        self.save_checkpoint()
-        except BaseException as exc:
-            if main:
-                self._runs_row(ended_status(exc), info, last)
-            raise
-        finally:
-            self.close()
-            if metrics_log is not None:
-                metrics_log.close()
-        if main:
-            self._runs_row("finished", info, last)
+        # rank 0 records how the run ended; a forced exit (Ctrl-C's watchdog) records it interrupted
+        ending = open_ending(lambda status: self._runs_row(status, info, last)) if main else nullcontext(None)
+        with ending as end:
+            try:
+                if c.eval_every and self.step == 0 and metrics_log is not None:  # π0: every curve's first point
+                    metrics_log.log({"step": 0, **self.evaluate()})
+                self._start_worker()
+                with progress_bar("loss", "reward", "tok_s", disable=not self.show_progress) as bar:
+                    task = bar.add_task(f"{c.algorithm} {self.run_id}", total=c.steps, completed=self.step,
+                                        loss="-", reward="-", tok_s="-")
+                    while self.step < c.steps:
+                        record = {**self.train_step(), **self._last_rollouts,
+                                  "lake_rows_skipped": sum(s.skipped for s in self.lake_streams.values()),
+                                  "ref_cache_mismatch": sum(s.ref_recomputed for s in self.lake_streams.values())}
+                        if c.eval_every and self.step % c.eval_every == 0 and main:
+                            record.update(self.evaluate())
+                        if metrics_log is not None:
+                            metrics_log.log(record)
+                        last.update(record)
+                        reward = record.get(f"reward/{c.streams[self.online_index].name}") \
+                            if self.online_index is not None else None
+                        bar.update(task, completed=self.step, loss=f"{record['loss']:.4f}",
+                                   reward="-" if reward is None else f"{reward:.3f}",
+                                   tok_s=f"{record['tokens_per_s']:.0f}")
+                        every = c.checkpoint_every and self.step % c.checkpoint_every == 0
+                        if (every or self.step == c.steps) and main:
+                            self.save_checkpoint()
+            except BaseException as exc:
+                if end is not None:
+                    end(ended_status(exc))
+                raise
+            finally:
+                self.close()
+                if metrics_log is not None:
+                    metrics_log.close()
+            if end is not None:
+                end("finished")
         return last
 
     def _runs_row(self, status: str, info: dict[str, Any], metrics: dict[str, Any]) -> None:

@@ -213,3 +213,34 @@ def test_the_watchdog_ends_a_process_whose_main_thread_cannot_be_interrupted(tmp
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == EXIT_CODE
     assert proc.stderr.read().decode().strip().splitlines()[-1] == MESSAGE
+
+
+def test_a_run_stuck_behind_a_pool_is_recorded_interrupted_by_the_watchdog(tmp_path):
+    """The run's own `except` cannot record its end while a pool holds the main thread (600 s here); the watchdog
+    records it before it leaves. Before `spo_lake.ending` such a run stayed `running` (a loaded `spolake sample`)."""
+    script = tmp_path / "stuck_run.py"
+    script.write_text(
+        "import sys, time\n"
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from spo_lake.cli.interrupt import install\n"
+        "from spo_lake.lake import Lake\n"
+        "from spo_lake.lake.rows import recorded_run\n"
+        "install()\n"
+        "lake = Lake.open(sys.argv[1], create=True)\n"
+        "with recorded_run(lake, 'probe', {}):\n"
+        "    with ThreadPoolExecutor(1) as pool:\n"
+        "        pool.submit(time.sleep, 600)\n"
+        "        print('waiting', flush=True)\n"
+        "        pool.submit(time.sleep, 600).result()\n")
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "lake")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout.readline() == b"waiting\n", proc.stderr.read().decode()[-2000:]
+        assert set(run_statuses(tmp_path / "lake").values()) == {"running"}
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_CODE, proc.stderr.read().decode()[-2000:]
+    assert set(run_statuses(tmp_path / "lake").values()) == {"interrupted"}
