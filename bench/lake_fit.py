@@ -58,7 +58,7 @@ def main() -> None:
     items = solutions(Lake.open(str(args.seed_dir / "lake")), args.where, args.snapshot)
     base = mean_log_likelihood(str(args.seed_dir / "models" / "pi0"), items)
     counts = {g: sum(i[0] == g for i in items) for g in base}
-    print(f"{counts} held-out solutions; π0: " + ", ".join(f"{g} {v:.2f} nats" for g, v in sorted(base.items())))
+    print(f"{counts} solutions; π0: " + ", ".join(f"{g} {v:.2f} nats" for g, v in sorted(base.items())))
     for run in args.runs:
         checkpoint = sorted((args.seed_dir / "runs" / run / "checkpoints").iterdir())[-1]
         fit = mean_log_likelihood(str(checkpoint), items)
