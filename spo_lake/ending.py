@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _registry = threading.Lock()
-_open: dict[int, Ending] = {}
+_open: set[Ending] = set()
 
 
 class Ending:
@@ -37,19 +37,19 @@ def open_ending(record: Callable[[str], None]) -> Iterator[Ending]:
     """An Ending that a forced exit records as interrupted while this block is open."""
     ending = Ending(record)
     with _registry:
-        _open[id(ending)] = ending
+        _open.add(ending)
     try:
         yield ending
     finally:
         with _registry:
-            _open.pop(id(ending), None)
+            _open.discard(ending)
 
 
 def record_open_endings(status: str = "interrupted") -> None:
     """For a forced exit: record every open run's end as `status` (a record that fails is skipped: the process is
     leaving anyway)."""
     with _registry:
-        endings = list(_open.values())
+        endings = list(_open)
     for ending in endings:
         try:
             ending(status)

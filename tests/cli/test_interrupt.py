@@ -189,28 +189,37 @@ def test_demo_stops_on_ctrl_c(work):
     readable(work / "demo-out" / "seed-0" / "lake")  # one directory per seed
 
 
+STUCK = ("from concurrent.futures import ThreadPoolExecutor\n"
+         "with ThreadPoolExecutor(1) as pool:\n"
+         "    pool.submit(time.sleep, 600)\n"
+         "    print('waiting', flush=True)\n"
+         "    pool.submit(time.sleep, 600).result()\n")
+
+
+def ctrl_c_while_stuck(script: Path, *args: str, while_waiting: Callable[[], None] = lambda: None
+                       ) -> subprocess.Popen:
+    """Run `script` (ending in STUCK: its main thread waits on 600 s pool jobs), call `while_waiting` once it waits,
+    Ctrl-C it and return the exited process (killed after HANG_S: far below the jobs' 600 s, so an exit in time is
+    the watchdog's)."""
+    proc = subprocess.Popen([sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline() == b"waiting\n", proc.stderr.read().decode()[-2000:]
+        while_waiting()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc
+
+
 def test_the_watchdog_ends_a_process_whose_main_thread_cannot_be_interrupted(tmp_path):
     """The first SIGINT raises in the main thread, but a pool's worker keeps the interpreter from exiting until
     its job ends (here in 600 s): only the watchdog, GRACE_S later, can make this process exit 130 in time."""
     script = tmp_path / "stuck.py"
-    script.write_text(
-        "import sys, time\n"
-        "from concurrent.futures import ThreadPoolExecutor\n"
-        "from spo_lake.cli.interrupt import install\n"
-        "install()\n"
-        "with ThreadPoolExecutor(1) as pool:\n"
-        "    pool.submit(time.sleep, 600)\n"
-        "    print('waiting', flush=True)\n"
-        "    pool.submit(time.sleep, 600).result()\n")
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        assert proc.stdout.readline() == b"waiting\n"
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=HANG_S)  # far below the job's 600 s: an exit before it is the watchdog's
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    script.write_text("import time\nfrom spo_lake.cli.interrupt import install\ninstall()\n" + STUCK)
+    proc = ctrl_c_while_stuck(script)
     assert proc.returncode == EXIT_CODE
     assert proc.stderr.read().decode().strip().splitlines()[-1] == MESSAGE
 
@@ -218,29 +227,20 @@ def test_the_watchdog_ends_a_process_whose_main_thread_cannot_be_interrupted(tmp
 def test_a_run_stuck_behind_a_pool_is_recorded_interrupted_by_the_watchdog(tmp_path):
     """The run's own `except` cannot record its end while a pool holds the main thread (600 s here); the watchdog
     records it before it leaves. Before `spo_lake.ending` such a run stayed `running` (a loaded `spolake sample`)."""
-    script = tmp_path / "stuck_run.py"
+    script, lake = tmp_path / "stuck_run.py", tmp_path / "lake"
     script.write_text(
         "import sys, time\n"
-        "from concurrent.futures import ThreadPoolExecutor\n"
         "from spo_lake.cli.interrupt import install\n"
         "from spo_lake.lake import Lake\n"
         "from spo_lake.lake.rows import recorded_run\n"
         "install()\n"
         "lake = Lake.open(sys.argv[1], create=True)\n"
         "with recorded_run(lake, 'probe', {}):\n"
-        "    with ThreadPoolExecutor(1) as pool:\n"
-        "        pool.submit(time.sleep, 600)\n"
-        "        print('waiting', flush=True)\n"
-        "        pool.submit(time.sleep, 600).result()\n")
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "lake")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        assert proc.stdout.readline() == b"waiting\n", proc.stderr.read().decode()[-2000:]
-        assert set(run_statuses(tmp_path / "lake").values()) == {"running"}
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=HANG_S)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        + "".join(f"    {line}\n" for line in STUCK.splitlines()))
+
+    def still_running() -> None:
+        assert set(run_statuses(lake).values()) == {"running"}
+
+    proc = ctrl_c_while_stuck(script, str(lake), while_waiting=still_running)
     assert proc.returncode == EXIT_CODE, proc.stderr.read().decode()[-2000:]
-    assert set(run_statuses(tmp_path / "lake").values()) == {"interrupted"}
+    assert set(run_statuses(lake).values()) == {"interrupted"}
