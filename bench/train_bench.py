@@ -148,7 +148,7 @@ def training_state(trainer, update) -> dict:
 
 def sft_update(trainer, examples) -> dict:
     """The floor: the same forward pass and optimizer, loss = mean token cross-entropy of the responses."""
-    from spo_lake.rl.data import collate
+    from spo_lake.rl.examples import collate
     from spo_lake.rl.scoring import response_log_probs
 
     trainer.model.train()

@@ -43,11 +43,13 @@ from spo_lake.rl.config import (
     inject_per_group,
     stream_counts,
 )
-from spo_lake.rl.data import Batch, Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
+from spo_lake.rl.data import LakeStream, StreamSettings, online_prompts
 from spo_lake.rl.distributed import current_world
 from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problems
+from spo_lake.rl.examples import Batch, Example, collate
 from spo_lake.rl.grpo_math import group_advantages, grpo_loss
 from spo_lake.rl.losses import spo_loss
+from spo_lake.rl.mixer import Mixer
 from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
 from spo_lake.rl.ray_rollout import RayPolicy
 from spo_lake.rl.rollout import (
@@ -56,7 +58,6 @@ from spo_lake.rl.rollout import (
     Rollouts,
     RolloutSchedule,
     RolloutSettings,
-    RolloutWorker,
     written_trajectory_ids,
 )
 from spo_lake.rl.scoring import reference_log_probs, response_log_probs
@@ -201,11 +202,11 @@ class Trainer:
                             TransformersPolicy(self.model, copy.deepcopy(self.policy.tokenizer), c.model)) \
             if joined else None
         # SFT→GRPO: the SFT phase's rows; stream index len(streams), logged as reward/sft
-        self.sft_mixer = Mixer({0: LakeStream(self.lake, self.snapshot, StreamConfig("sft", "lake", 1.0, c.sft_where),
-                                              len(c.streams), settings, self.policy)},
-                               [c.batch_size], None, self.world.rank, self.world.size) if c.sft_steps else None
+        self.sft_mixer = Mixer([c.batch_size], {0: LakeStream(
+            self.lake, self.snapshot, StreamConfig("sft", "lake", 1.0, c.sft_where), len(c.streams), settings,
+            self.policy)}, rank=self.world.rank, ranks=self.world.size) if c.sft_steps else None
         online = next((i for i, s in enumerate(c.streams) if s.kind == "online"), None)
-        self.worker: RolloutWorker | None = None
+        self.online: OnlineSource | None = None
         self.appender: BufferedAppender | None = None
         self.sampler: PolicyBackend | RayPolicy | None = None
         if online is not None:
@@ -219,11 +220,16 @@ class Trainer:
                 self.sandbox, c.judge_workers, c.q0_prior, inject, inject_per_group(c))
             self.appender = BufferedAppender(self.lake, flush_rows=c.flush_rows) \
                 if c.write_back and self.world.main else None
+            written = written_trajectory_ids(self.lake, self.run_id) if self.resuming and self.world.main else set()
+            self.online = OnlineSource(self.policy, self.versions, self.rollout_settings, c.steps,
+                                       appender=self.appender, already_written=written,
+                                       on_rollouts=self._record_rollouts, world=self.world, write_back=c.write_back)
         self.online_index = online
-        self.mixer = Mixer(self.lake_streams, counts, online, self.world.rank, self.world.size, joined)
+        self.mixer = Mixer(counts, self.lake_streams, self.online, joined=joined, rank=self.world.rank,
+                           ranks=self.world.size)
 
     def _start_worker(self) -> None:
-        if self.online_index is None:
+        if self.online is None:
             return
         schedule = self.rollout_settings.schedule
         if self.step % schedule.interval == 0:  # a refresh point (also when resuming at one)
@@ -238,12 +244,7 @@ class Trainer:
             self.sampler = RayPolicy(self.policy, c.rollout_backend, dtype, self.threads, c.ray_address)
         elif c.rollout_backend == "vllm":
             self.sampler = load_policy(c.model, backend="vllm", dtype=dtype)
-        worker = self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, first, c.steps,
-                                             self.sampler)
-        written = written_trajectory_ids(self.lake, self.run_id) if self.resuming and self.world.main else set()
-        self.mixer.online_source = OnlineSource(worker, self.appender, written, self._record_rollouts,
-                                                self.world, self.config.write_back)
-        worker.start()
+        self.online.start(first, self.sampler)
 
     @property
     def reference(self) -> torch.nn.Module:
@@ -474,16 +475,15 @@ class Trainer:
             manifest={k: v for k, v in info.items() if k != "config"})])
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
+        if self.online is not None:
+            self.online.stop()
         if isinstance(self.sampler, RayPolicy):
             self.sampler.close()
         if self.appender is not None:
             self.appender.flush()
-        for stream in self.lake_streams.values():
-            stream.close()
-        for stream in (self.sft_mixer.lake_streams.values() if self.sft_mixer is not None else ()):
-            stream.close()
+        self.mixer.close()
+        if self.sft_mixer is not None:
+            self.sft_mixer.close()
         if self.online_index is not None and self.rollout_settings.inject is not None:
             self.rollout_settings.inject.close()
 

@@ -10,7 +10,9 @@ from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.pipelines.dedup import dedup
 from spo_lake.rl.config import StreamConfig, TrainConfig, stream_counts, validate
-from spo_lake.rl.data import Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
+from spo_lake.rl.data import LakeStream, StreamSettings, online_prompts
+from spo_lake.rl.examples import Example, collate
+from spo_lake.rl.mixer import Mixer
 from spo_lake.scores import q0_from_counts
 from tests.helpers import add_responses
 
@@ -202,8 +204,8 @@ def test_the_mixer_draws_fixed_shares_of_each_stream_and_repeats_for_the_same_se
         settings = StreamSettings(policy.model_id, BETA, seed, max_response_tokens=64, page_size=3)
         early = StreamConfig("early", "lake", 0.75, where="prompt_id < 'countdown/3/2'")
         late = StreamConfig("late", "lake", 0.25, where="prompt_id >= 'countdown/3/2'")
-        return Mixer({0: LakeStream(lake, "pinned", early, 0, settings, policy),
-                      1: LakeStream(lake, "pinned", late, 1, settings, policy)}, [3, 1], online_index=None)
+        return Mixer([3, 1], {0: LakeStream(lake, "pinned", early, 0, settings, policy),
+                              1: LakeStream(lake, "pinned", late, 1, settings, policy)})
 
     first, second, other = mixer(0), mixer(0), mixer(1)
     batches = [first.draw(step) for step in range(6)]
