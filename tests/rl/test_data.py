@@ -44,23 +44,23 @@ def test_collate_left_pads_prompts_so_every_response_starts_at_the_same_column()
 ])
 def test_stream_counts_split_each_batch_by_fraction(fractions, batch_size, expected):
     streams = [StreamConfig(f"s{i}", "online" if i == 0 else "lake", f) for i, f in enumerate(fractions)]
-    counts = stream_counts(TrainConfig(model="m", batch_size=batch_size, streams=streams))
+    counts = stream_counts(TrainConfig.from_keys(model="m", batch_size=batch_size, streams=streams))
     assert counts == expected and sum(counts) == batch_size
 
 
 def test_config_validation_names_the_bad_key():
     with pytest.raises(ValueError, match="fractions must sum to 1"):
-        validate(TrainConfig(model="m", streams=[StreamConfig("a", "online", 0.5)]))
+        validate(TrainConfig.from_keys(model="m", streams=[StreamConfig("a", "online", 0.5)]))
     with pytest.raises(ValueError, match="PPO trains on online rollouts only"):
-        validate(TrainConfig(model="m", algorithm="ppo", streams=[StreamConfig("a", "lake", 1.0)]))
+        validate(TrainConfig.from_keys(model="m", algorithm="ppo", streams=[StreamConfig("a", "lake", 1.0)]))
     with pytest.raises(ValueError, match="'advantage' needs loss 'ce'"):
-        validate(TrainConfig(model="m", objective="advantage", loss="squared"))
+        validate(TrainConfig.from_keys(model="m", objective="advantage", loss="squared"))
 
 
 def test_grpo_config_validation():
     online, expert = StreamConfig("online", "online", 0.5), StreamConfig("expert", "lake", 0.5, "passed", inject=True)
     grpo = dict(model="m", algorithm="grpo", batch_size=16, samples_per_prompt=4)
-    assert validate(TrainConfig(**grpo, streams=[online, expert])).behaviour_interval == 1
+    assert validate(TrainConfig.from_keys(**grpo, streams=[online, expert])).behaviour_interval == 1
     for bad, message in [
         (dict(streams=[online, StreamConfig("lake", "lake", 0.5)]), "GRPO trains on online groups"),
         (dict(samples_per_prompt=1), "group needs >= 2"),
@@ -72,12 +72,13 @@ def test_grpo_config_validation():
         (dict(loss_type="bnpo"), "loss_type"), (dict(scale_rewards="rank"), "scale_rewards"),
     ]:
         with pytest.raises(ValueError, match=message):
-            validate(TrainConfig(**{**grpo, **bad}))
+            validate(TrainConfig.from_keys(**{**grpo, **bad}))
     for key, value in [("sft_steps", 2), ("grpo_kl_coef", 0.1)]:  # GRPO's keys do nothing elsewhere: refused
         with pytest.raises(ValueError, match=f"{key} .*grpo"):
-            validate(TrainConfig(model="m", **{key: value}, sft_where="passed" if key == "sft_steps" else ""))
+            sft_where = "passed" if key == "sft_steps" else ""
+            validate(TrainConfig.from_keys(model="m", **{key: value}, sft_where=sft_where))
     with pytest.raises(ValueError, match="`inject` streams are for"):
-        validate(TrainConfig(model="m", streams=[online, expert]))
+        validate(TrainConfig.from_keys(model="m", streams=[online, expert]))
 
 
 # ---------------------------------------------------------------------------------------------- lake streams
