@@ -1,4 +1,5 @@
-"""The training config: one dataclass whose fields are exactly the keys of a run's TOML file.
+"""The training config: one section per component (TrainConfig), set by the flat keys of a run's TOML file
+(KEYS maps each key to its section's field; docs/config.md lists them).
 
 ```toml
 model = "runs/tiny"                 # policy to train (and π0 unless `reference` is set)
