@@ -119,7 +119,7 @@ def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(t
     for r in manifest["runs"]:
         assert r["snapshot_versions"] == lake.get_snapshot(r["snapshot"]).versions
         resolved = load_config(r["config"])  # re-trains the run exactly: same snapshot, same everything
-        assert (resolved.snapshot, resolved.run_name, resolved.model, resolved.seed) == \
+        assert (resolved.data.snapshot, resolved.run.name, resolved.model.path, resolved.run.seed) == \
             (r["snapshot"], r["run_id"], str(fast_model_dir), r["run"] - 1)
         assert Path(r["checkpoint"]).name == "step-0000006"
     assert [m["step"] for m in read_metrics(root / "runs" / "c-run-2")] == list(range(1, 7))
