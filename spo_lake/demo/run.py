@@ -17,20 +17,22 @@ in report.md, demo_metrics.json and the plots.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from spo_lake.console import progress_bar
+from spo_lake.console import console, progress_bar
 from spo_lake.lake import Lake
-from spo_lake.pipelines.recipe import load_recipe, run_recipe
+from spo_lake.pipelines.recipe import Recipe, load_recipe, run_recipe
 from spo_lake.rl.run import read_metrics
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "quickstart.toml"
@@ -223,6 +225,32 @@ def _steps_done(run_dir: Path) -> int:
         return 0
 
 
+def build_models(recipe: Recipe, out: Path, jobs: int, log: Callable[[str], None]) -> None:
+    """The recipe's model builds side by side, `jobs` at a time, before it runs (its model_tiny steps then keep
+    them): each build is seeded and runs one torch thread in its own process, so the models are those the recipe
+    would build in turn. Each build's output goes to out/logs/model-NAME.log."""
+    todo = [{k: v for k, v in s.items() if k != "run"} for s in recipe.steps
+            if s["run"] == "model_tiny" and not (Path(s["out"]) / "tiny_config.json").exists()]
+    if jobs <= 1 or len(todo) <= 1:
+        return
+    names = [Path(params["out"]).name for params in todo]
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with console.status(f"building models {', '.join(names)} side by side (output: {out / 'logs'}/model-*.log)"), \
+            ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_build_model, todo, [out / "logs" / f"model-{name}.log" for name in names]))
+    log(f"    built {', '.join(names)} side by side in {time.perf_counter() - started:.0f} s")
+
+
+def _build_model(params: dict[str, Any], log_path: Path) -> None:
+    from spo_lake.models.tiny import build_tiny_model
+
+    settings = dict(params)
+    out_dir = settings.pop("out")
+    with log_path.open("w") as sink, contextlib.redirect_stderr(sink), contextlib.redirect_stdout(sink):
+        build_tiny_model(out_dir, **settings)
+
+
 def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None], jobs: int = 1) -> dict[str, Any]:
     """Lake + every method's run for one seed in `out`; the summary of a finished seed is kept (first timings win)."""
     summary_path = out / "summary.json"
@@ -234,7 +262,9 @@ def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None],
     lake = Lake.open(lake_path, create=True)
     started = time.perf_counter()
     log(f"[bold]seed {seed} · 1/2 building the lake[/bold] in {lake_path}")
-    steps = run_recipe(load_recipe(RECIPE, recipe_vars(out, scale, seed)), lake, log=log)
+    recipe = load_recipe(RECIPE, recipe_vars(out, scale, seed))
+    build_models(recipe, out, jobs, log)
+    steps = run_recipe(recipe, lake, log=log)
     recipe_s = time.perf_counter() - started
     log(f"[bold]seed {seed} · 2/2 training[/bold]: " + ", ".join(methods(scale)))
     budget = scale.train_steps * scale.online_per_step

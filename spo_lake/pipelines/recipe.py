@@ -60,7 +60,7 @@ def step_model_tiny(ctx: Context, p: dict[str, Any]) -> str:
     from spo_lake.models.tiny import build_tiny_model
 
     out = Path(p.pop("out"))
-    if (out / "config.json").exists():
+    if (out / "tiny_config.json").exists():  # written last: a build cut short is built again
         return f"{out} exists, kept"
     build_tiny_model(out, **p)
     return f"built {out}"

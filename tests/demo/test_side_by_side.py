@@ -1,12 +1,13 @@
-"""The demo's training runs side by side (`spolake demo --jobs N`): the same results as one after another, each
-run's output in its own log, a failing run named with its log."""
+"""The demo's training runs and model builds side by side (`spolake demo --jobs N`): the same results as one after
+another, each one's output in its own log, a failing run named with its log."""
 import pytest
 
-from spo_lake.demo.run import train_methods
+from spo_lake.demo.run import build_models, train_methods
 from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.pipelines.q0 import q0
+from spo_lake.pipelines.recipe import load_recipe, run_recipe
 from spo_lake.rl.run import read_metrics
 from spo_lake.rl.trainer import TIMING_KEYS
 
@@ -49,3 +50,39 @@ def test_a_failing_run_side_by_side_is_named_with_its_log(lake, fast_model_dir, 
     with pytest.raises(RuntimeError, match=r"GRPO: training exited with 1; its output: .*grpo\.log"):
         train_methods(lake.root, config, 8, tmp_path, print, jobs=2)
     assert "no snapshot named 'no-such-snapshot'" in (tmp_path / "logs" / "grpo.log").read_text()
+
+
+RECIPE = """
+[vars]
+out = "{out}"
+[[steps]]
+run = "model_tiny"
+out = "{out}/models/a"
+seed = 1
+steps = 3
+n_problems = 40
+[[steps]]
+run = "model_tiny"
+out = "{out}/models/b"
+seed = 2
+steps = 3
+n_problems = 40
+style = "cot"
+"""
+
+
+def test_the_recipes_models_built_side_by_side_are_the_models_it_builds_in_turn(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text(RECIPE.replace("{out}", str(tmp_path / "side")))
+    build_models(load_recipe(path), tmp_path / "side", 2, print)
+    path.write_text(RECIPE.replace("{out}", str(tmp_path / "turn")))
+    done = run_recipe(load_recipe(path), Lake.init(tmp_path / "lake"), show_progress=False)
+    assert [d["summary"] for d in done] == [f"built {tmp_path}/turn/models/a", f"built {tmp_path}/turn/models/b"]
+    for name in ("a", "b"):
+        side, turn = tmp_path / "side" / "models" / name, tmp_path / "turn" / "models" / name
+        assert (side / "model.safetensors").read_bytes() == (turn / "model.safetensors").read_bytes()
+        assert (tmp_path / "side" / "logs" / f"model-{name}.log").exists()  # its output, not the terminal
+    # the recipe keeps a finished build; a build cut short (no tiny_config.json, written last) is built again
+    (tmp_path / "turn" / "models" / "b" / "tiny_config.json").unlink()
+    again = run_recipe(load_recipe(path), Lake.open(tmp_path / "lake"), show_progress=False)
+    assert [d["summary"] for d in again] == [f"{tmp_path}/turn/models/a exists, kept", f"built {tmp_path}/turn/models/b"]
