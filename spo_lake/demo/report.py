@@ -3,6 +3,7 @@ a markdown report, demo_metrics.json and PNG plots (Figure 1 with error bars; a 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -89,6 +90,32 @@ def prompt_groups(out: Path, seed: int) -> dict[str, str]:
         tests = json.loads(r["tests"]) if isinstance(r["tests"], str) else r["tests"]
         groups[r["prompt_id"]] = "skill" if needs_product(tests["numbers"], tests["target"]) else "other"
     return groups
+
+
+def starting_point(out: Path, seed: int) -> dict[str, dict[str, Any]]:
+    """Where π0 and the lake stand before any training, per group of a seed's training prompts (skill / other), at
+    the snapshot the runs pin: π0's success per sample and the prompts it solved at least once (the q0 step's
+    Monte-Carlo counts, temperature 1), and the prompts the lake holds a correct solution to, per source."""
+    lake, prefix = Lake.open(str(out / f"seed-{seed}" / "lake")), f"countdown/{seed}/"
+    groups = {pid: g for pid, g in prompt_groups(out, seed).items() if pid.startswith(prefix)}
+    params = {"prefix": prefix + "%", "pi0": f"{out / f'seed-{seed}' / 'models' / 'pi0'}@%"}
+    q0 = lake.sql("""SELECT prompt_id, sum(n)::BIGINT AS n, sum(n_success)::BIGINT AS s FROM "values"
+                     WHERE trajectory_id IS NULL AND model_id LIKE $pi0 AND prompt_id LIKE $prefix GROUP BY 1""",
+                  f"demo-{seed}", params).to_pylist()
+    solved = lake.sql("""SELECT DISTINCT t.prompt_id, t.source FROM trajectories t JOIN evaluations e
+                         USING (trajectory_id) WHERE e.passed AND t.prompt_id LIKE $prefix""",
+                      f"demo-{seed}", {"prefix": params["prefix"]}).to_pylist()
+    result: dict[str, dict[str, Any]] = {}
+    for group in ("skill", "other"):
+        counts = [r for r in q0 if groups.get(r["prompt_id"]) == group]
+        samples = sum(r["n"] for r in counts)
+        sources = Counter(r["source"] for r in solved if groups.get(r["prompt_id"]) == group)
+        result[group] = {"prompts": sum(1 for g in groups.values() if g == group), "q0_prompts": len(counts),
+                         "q0_samples": samples,
+                         "pi0_success_per_sample": sum(r["s"] for r in counts) / samples if samples else None,
+                         "pi0_solved_prompts": sum(1 for r in counts if r["s"] > 0),
+                         "lake_solved_prompts": dict(sorted(sources.items()))}
+    return result
 
 
 def _in_group(counts: list, groups: dict[str, str], group: str) -> list:
@@ -309,6 +336,10 @@ def _response_tokens(model_dir: Path, curve: dict[str, Any]) -> list[str] | None
 # ---------------------------------------------------------------------------------------------- the report
 
 
+def _rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
 def write_report(out: Path, seeds: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     """report.md, demo_metrics.json, pass_at_k.png and pts_curve.png in `out`; returns the aggregated summary."""
     rows = table_rows(out, seeds)
@@ -320,7 +351,8 @@ def write_report(out: Path, seeds: list[dict[str, Any]], meta: dict[str, Any]) -
     curve = pts_curve(Lake.open(str(out / f"seed-{first}" / "lake")), f"demo-{first}")
     if curve:
         plot_pts(curve, out / "pts_curve.png", _response_tokens(out / f"seed-{first}" / "models" / "pi0", curve))
-    summary = {**meta, "seeds": seeds, "table": {"columns": list(COLUMNS), "rows": rows},
+    start = {s["seed"]: starting_point(out, s["seed"]) for s in seeds}
+    summary = {**meta, "seeds": seeds, "starting_point": start, "table": {"columns": list(COLUMNS), "rows": rows},
                "claims": [{**asdict(c), **asdict(p), "verdict": c.verdict(p)} for c, p in claims]}
     (out / "demo_metrics.json").write_text(json.dumps(summary, indent=2, default=str))
     lines = [
@@ -334,6 +366,16 @@ def write_report(out: Path, seeds: list[dict[str, Any]], meta: dict[str, Any]) -
         "as many lake rows as SPO half-online before its online steps.", "",
         "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),
         *["| " + " | ".join(row) + " |" for row in rows], "",
+        "## Before any training", "",
+        "The training prompts, from the lake at the snapshot every run pins: π0's success per sample at temperature 1 "
+        "(the q0 step's Monte-Carlo counts, from which Q̂0 is computed), the prompts it solved at least once, and the "
+        "prompts the lake holds a correct solution to, per source.", "",
+        "| seed | problems | prompts | π0 success per sample | π0 solved ≥ once | the lake solves (per source) |",
+        "|---|---|---|---|---|---|",
+        *[f"| {seed} | {group} | {g['prompts']} | {_rate(g['pi0_success_per_sample'])} ({g['q0_samples']} samples) | "
+          f"{g['pi0_solved_prompts']} / {g['q0_prompts']} | "
+          f"{', '.join(f'{k} {v}' for k, v in g['lake_solved_prompts'].items()) or '–'} |"
+          for seed, groups in start.items() for group, g in groups.items()], "",
         "## Claims", "",
         "Paired differences (a − b; for cost, b − a), prompt by prompt within each seed, averaged over seeds; 95 % "
         "stratified bootstrap interval over prompts (over seeds for cost). *holds*: the mean difference reaches the "

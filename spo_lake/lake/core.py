@@ -689,6 +689,7 @@ def _to_arrow(rows: Rows) -> pa.Table:
         return rows
     if isinstance(rows, pl.DataFrame):
         return rows.to_arrow()
-    if isinstance(rows, list):
-        return pa.Table.from_pylist(rows) if rows else pa.table({})
+    if isinstance(rows, list):  # the union of the rows' keys: pyarrow's from_pylist keeps only the first row's
+        keys = list(dict.fromkeys(k for row in rows for k in row))
+        return pa.table({k: [row.get(k) for row in rows] for k in keys})
     raise TypeError(f"rows must be a pyarrow Table, polars DataFrame or list of dicts, not {type(rows).__name__}")

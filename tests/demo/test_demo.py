@@ -48,6 +48,28 @@ NAMES = list(methods(QUICK))
 SKILL, OTHER = ([2, 3, 4], 24), ([3, 7, 12], 16)  # 2*3*4 needs a product; 12+7-3 does not
 
 
+def _starting_lake(lake: Lake, pi0, seed: int) -> None:
+    """Four training prompts (0 and 2 need a product), π0's Q0 counts of them (8 samples each: skill 0 and 1
+    successes, other 4 and 8), counts that must not count (another model's, a prefix's), and correct solutions:
+    the solver's for every prompt, a CoT sample for prompt 0, a wrong reference sample for prompt 1."""
+    train = [f"countdown/{seed}/{i}" for i in range(4)]
+    lake.append("prompts", [{"prompt_id": p, "task": "countdown", "prompt": p,
+                             "tests": json.dumps(dict(zip(("numbers", "target"), SKILL if i % 2 == 0 else OTHER)))}
+                            for i, p in enumerate(train)])
+    value = {"temperature": 1.0, "top_p": 1.0, "n": 8}
+    lake.append("values", [{**value, "prompt_id": p, "model_id": f"{pi0}@abc", "n_success": s}
+                           for p, s in zip(train, (0, 4, 1, 8))]
+                + [{**value, "prompt_id": train[0], "model_id": "cot@def", "n_success": 8},
+                   {**value, "prompt_id": train[0], "model_id": f"{pi0}@abc", "trajectory_id": "t-human-0",
+                    "position": 3, "n_success": 8}])
+    rows = [(f"t-human-{i}", p, "human", True) for i, p in enumerate(train)]
+    rows += [("t-cot-0", train[0], "cot", True), ("t-ref-1", train[1], "reference", False)]
+    lake.append("trajectories", [{"trajectory_id": t, "prompt_id": p, "source": src, "response_text": t,
+                                  "response_hash": t} for t, p, src, _ in rows])
+    lake.append("evaluations", [{"trajectory_id": t, "verifier": "countdown", "passed": ok, "reward": 0.0 if ok else -1.0,
+                                 "verdict": "ok" if ok else "wrong_answer"} for t, _, _, ok in rows])
+
+
 def _fake_seed(out, seed: int, shift: dict[str, int]) -> dict:
     """A finished seed: its lake's prompts (half of them need a product), per-prompt eval counts (n = 20) at step 0
     and 10 for each method (`shift` added on the skill prompts only), its summary."""
@@ -57,6 +79,7 @@ def _fake_seed(out, seed: int, shift: dict[str, int]) -> dict:
     lake.append("prompts", [{"prompt_id": p, "task": "countdown", "prompt": p,
                              "tests": json.dumps(dict(zip(("numbers", "target"), SKILL if i % 2 else OTHER)))}
                             for i, p in enumerate(prompts)])
+    _starting_lake(lake, out / f"seed-{seed}" / "models" / "pi0", seed)
     lake.snapshot(f"demo-{seed}")
     base = {p: rng.randint(0, 12) for p in prompts}
     results = []
@@ -104,6 +127,11 @@ def test_report_over_seeds_has_pi0_the_claims_per_problem_group_and_plots(tmp_pa
     assert "| π0 |" in report and "**holds**" in report and "**reversed**" in report
     assert (tmp_path / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "demo_metrics.json").read_text())["claims"][0]["verdict"] == "not shown"
+    skill, other = (summary["starting_point"][0][g] for g in ("skill", "other"))
+    assert skill == {"prompts": 2, "q0_prompts": 2, "q0_samples": 16, "pi0_success_per_sample": 1 / 16,
+                     "pi0_solved_prompts": 1, "lake_solved_prompts": {"cot": 1, "human": 2}}
+    assert other["pi0_success_per_sample"] == 12 / 16 and other["lake_solved_prompts"] == {"human": 2}
+    assert "| 0 | skill | 2 | 0.0625 (16 samples) | 1 / 2 | cot 1, human 2 |" in report
 
 
 def test_a_claim_holds_only_when_its_bound_is_reached_with_the_interval_above_it():

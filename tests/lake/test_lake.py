@@ -52,6 +52,14 @@ def test_append_round_trips_through_read_and_sql(lake, kind):
     assert lake.count("trajectories") == 3
 
 
+def test_dict_rows_keep_every_field_whichever_row_first_names_it(lake):
+    rows = trajectory_rows(3)
+    rows[2]["run_id"] = "r-2"  # only the last row names it (pyarrow's from_pylist would drop it)
+    lake.append("trajectories", rows)
+    got = lake.sql("SELECT trajectory_id, run_id FROM trajectories ORDER BY trajectory_id").to_pylist()
+    assert [r["run_id"] for r in got] == [None, None, "r-2"]
+
+
 def test_empty_tables_read_and_query_with_their_contract_schema(lake):
     assert lake.read("values").collect().columns == contract("values").names
     assert lake.sql("SELECT count(*) AS n FROM values").to_pylist() == [{"n": 0}]
