@@ -1,15 +1,11 @@
 """What every CLI verb shares: the lake option, the console, and turning user errors into one-line exits."""
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
-import math
 import os
 import sys
 import traceback
 from collections.abc import Callable
-from enum import Enum
 from typing import Annotated, Any
 
 import typer
@@ -85,12 +81,6 @@ def parse_map(pairs: list[str] | None) -> dict[str, str]:
     return parse_pairs(pairs, "--map", "dst=src")
 
 
-class OutputFormat(str, Enum):
-    table = "table"
-    json = "json"
-
-
-FORMAT_OPTION = typer.Option(OutputFormat.table, "--format", help="table (for people) or json (one object on stdout)")
 THREADS_OPTION = typer.Option(None, "--threads", min=1, help="torch threads (default: the cores this process may use)")
 
 # The options of every verb that runs generated code. Defaults are SandboxOptions' own: `timeout_s: TimeoutS =
@@ -114,25 +104,3 @@ def sandbox_options(timeout_s: float, memory_mb: int, sandbox: str) -> SandboxOp
         console.print("[bold red]WARNING: --sandbox none: generated code runs unsandboxed with your privileges"
                       "[/bold red]")
     return SandboxOptions(timeout_s=timeout_s, memory_mb=memory_mb, mode=sandbox)
-
-
-def emit_json(data: Any) -> None:
-    """A verb's result as one JSON document on stdout (what `--format json` prints); NaN and inf become null."""
-    sys.stdout.write(json.dumps(_finite(data), default=str, ensure_ascii=False, allow_nan=False) + "\n")
-
-
-def _finite(data: Any) -> Any:
-    if isinstance(data, float):
-        return data if math.isfinite(data) else None
-    if isinstance(data, dict):
-        return {k: _finite(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_finite(v) for v in data]
-    return data
-
-
-def show_report(report: Any, format: OutputFormat) -> None:
-    """A pipeline step's report: its summary line on stderr and, with --format json, its fields on stdout."""
-    if format is OutputFormat.json:
-        emit_json(dataclasses.asdict(report) | {"summary": report.summary()})
-    console.print(report.summary())

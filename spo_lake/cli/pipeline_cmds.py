@@ -4,23 +4,27 @@ from __future__ import annotations
 import typer
 
 from spo_lake.cli.common import (
-    FORMAT_OPTION,
     SANDBOX_DEFAULTS,
     Executor,
     MemoryMb,
-    OutputFormat,
     RayAddress,
     Sandbox,
     TimeoutS,
     Workers,
     console,
-    emit_json,
     open_lake,
     sandbox_options,
-    show_report,
     user_errors,
 )
-from spo_lake.cli.lake_cmds import show_table, write_arrow
+from spo_lake.cli.output import (
+    DOCUMENT_FORMAT,
+    ROWS_FORMAT,
+    DocumentFormat,
+    RowsFormat,
+    emit_json,
+    emit_rows,
+    show_report,
+)
 
 report_app = typer.Typer(help="Reports over the lake.")
 
@@ -34,7 +38,7 @@ def register(app: typer.Typer) -> None:
                  sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
                  executor: Executor = "local",
                  ray_address: RayAddress = None,
-                 format: OutputFormat = FORMAT_OPTION) -> None:
+                 format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Judge every trajectory its task's verifier has not judged yet in the sandbox (incremental, resumable); `eval`
         is pass@k of a model."""
         from spo_lake.pipelines.evaluate import evaluate as run
@@ -48,7 +52,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
     def dedup(where: str | None = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
-              format: OutputFormat = FORMAT_OPTION) -> None:
+              format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Group identical programs per prompt (comments/whitespace ignored); raw rows stay."""
         from spo_lake.pipelines.dedup import dedup as run
 
@@ -60,13 +64,13 @@ def register(app: typer.Typer) -> None:
               group_by: str = typer.Option("source", help="source|model|run_id|prompt|none"),
               k: str = typer.Option("1,10", help="comma-separated k values"),
               where: str | None = typer.Option(None, help="SQL filter over trajectories t"),
-              format: str = typer.Option("table", "--format", help="table|csv|json")) -> None:
+              format: RowsFormat = ROWS_FORMAT) -> None:
         """pass@k (unbiased estimator) over evaluated trajectories."""
         from spo_lake.pipelines.report import passk_counts, passk_table
 
         ks = [int(x) for x in k.split(",") if x.strip()]
         table = passk_table(passk_counts(open_lake(), group_by, snapshot, where), ks)
-        show_table(table, title=f"pass@k by {group_by}") if format == "table" else write_arrow(table, format, None)
+        emit_rows(table, format, title=f"pass@k by {group_by}")
 
     app.add_typer(report_app, name="report")
     app.add_typer(pipeline_app, name="pipeline")
@@ -79,12 +83,12 @@ pipeline_app = typer.Typer(help="Declarative TOML recipes chaining pipeline step
 @user_errors
 def pipeline_run(recipe: str = typer.Argument(..., help="recipe TOML (see pipelines/)"),
                  set_: list[str] = typer.Option(None, "--set", help="override a [vars] entry: name=value"),
-                 format: OutputFormat = FORMAT_OPTION) -> None:
+                 format: DocumentFormat = DOCUMENT_FORMAT) -> None:
     """Run a recipe's steps in order; each is incremental, so a re-run continues where a crash stopped."""
     from spo_lake.cli.common import parse_map
     from spo_lake.pipelines.recipe import load_recipe, run_recipe
 
     loaded = load_recipe(recipe, parse_map(set_))
     done = run_recipe(loaded, open_lake(create=True), log=console.print)
-    if format is OutputFormat.json:
+    if format == "json":
         emit_json(done)
