@@ -59,7 +59,9 @@ _KEY_OVERRIDES: dict[str, tuple[str, ...]] = {
 # writer's commit landing), unless the winner conflicts with it (see `_lost_to`).
 COMMIT_RETRIES = 30
 LOCK_FILE = "_lake.lock"
-COMPACT_BELOW_BYTES = 16 * 2**20  # Parquet files smaller than this are compacted
+# What `Lake.compact` (so `spolake compact`) merges by default: every Parquet file smaller than this. The compaction
+# after commits merges only the files under upkeep.UPKEEP_COMPACT_BELOW_BYTES (1 MiB), so its cost stays flat.
+COMPACT_BELOW_BYTES = 16 * 2**20
 COMPACT_BIN_BYTES = 256 * 2**20  # Parquet bytes rewritten per compaction commit (bounds its memory)
 
 
