@@ -1,4 +1,4 @@
-"""Curation verbs: judge, dedup, report."""
+"""Curation verbs: judge, dedup, and `pipeline run` (TOML recipes)."""
 from __future__ import annotations
 
 import typer
@@ -18,15 +18,11 @@ from spo_lake.cli.common import (
 )
 from spo_lake.cli.output import (
     DOCUMENT_FORMAT,
-    ROWS_FORMAT,
     DocumentFormat,
-    RowsFormat,
     emit_json,
-    emit_rows,
     show_report,
 )
 
-report_app = typer.Typer(help="Reports over the lake.")
 
 def register(app: typer.Typer) -> None:
     @app.command()
@@ -58,21 +54,6 @@ def register(app: typer.Typer) -> None:
 
         show_report(run(open_lake(), where=where), format)
 
-    @report_app.command("passk")
-    @user_errors
-    def passk(snapshot: str | None = typer.Option(None),
-              group_by: str = typer.Option("source", help="source|model|run_id|prompt|none"),
-              k: str = typer.Option("1,10", help="comma-separated k values"),
-              where: str | None = typer.Option(None, help="SQL filter over trajectories t"),
-              format: RowsFormat = ROWS_FORMAT) -> None:
-        """pass@k (unbiased estimator) over evaluated trajectories."""
-        from spo_lake.pipelines.report import passk_counts, passk_table
-
-        ks = [int(x) for x in k.split(",") if x.strip()]
-        table = passk_table(passk_counts(open_lake(), group_by, snapshot, where), ks)
-        emit_rows(table, format, title=f"pass@k by {group_by}")
-
-    app.add_typer(report_app, name="report")
     app.add_typer(pipeline_app, name="pipeline")
 
 

@@ -1,4 +1,5 @@
-"""`spolake report` views over accumulated rollouts (SQL in spo_lake.pipelines.views and spo_lake.rl.batches)."""
+"""`spolake report`: views over accumulated rollouts (SQL in spo_lake.pipelines.views, spo_lake.pipelines.report and
+spo_lake.rl.batches). The whole group is defined and mounted here."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,7 +10,6 @@ import typer
 
 from spo_lake.cli.common import console, open_lake, user_errors
 from spo_lake.cli.output import ROWS_FORMAT, RowsFormat, emit_rows
-from spo_lake.cli.pipeline_cmds import report_app
 from spo_lake.errors import InputError
 
 WHERE = typer.Option(None, help="SQL filter over trajectories t, e.g. \"t.source <> 'human'\"")
@@ -27,6 +27,8 @@ def _show(table: pa.Table, title: str, format: RowsFormat, png: Path | None = No
 
 
 def register(app: typer.Typer) -> None:
+    report_app = typer.Typer(help="Reports over the lake.")
+
     @report_app.command("solves")
     @user_errors
     def solves(snapshots: str | None = typer.Option(None, help="comma-separated snapshots, in order (default: "
@@ -87,3 +89,19 @@ def register(app: typer.Typer) -> None:
         if not (run_dir / "manifest.json").exists():
             raise InputError(f"{run_dir}: not a run directory (no manifest.json)")
         _show(batch_sources(open_lake(), run_dir), f"batch sources of {run_dir.name}", format)
+
+    @report_app.command("passk")
+    @user_errors
+    def passk(snapshot: str | None = SNAPSHOT,
+              group_by: str = typer.Option("source", help="source|model|run_id|prompt|none"),
+              k: str = typer.Option("1,10", help="comma-separated k values"),
+              where: str | None = WHERE,
+              format: RowsFormat = ROWS_FORMAT) -> None:
+        """pass@k (unbiased estimator) over evaluated trajectories."""
+        from spo_lake.pipelines.report import passk_counts, passk_table
+
+        ks = [int(x) for x in k.split(",") if x.strip()]
+        table = passk_table(passk_counts(open_lake(), group_by, snapshot, where), ks)
+        _show(table, f"pass@k by {group_by}", format)
+
+    app.add_typer(report_app, name="report")
