@@ -35,7 +35,7 @@ WherePrompts = Annotated[str | None, typer.Option(help="SQL filter over prompts 
 WhereTrajectories = Annotated[str | None, typer.Option(help="SQL filter over trajectories t joined with prompts p")]
 MaxNewTokens = Annotated[int, typer.Option(help="longest response in tokens")]
 Seed = Annotated[int, typer.Option(help="sampling seed")]
-Batch = Annotated[int, typer.Option(help="responses per generation batch")]
+GenerationBatch = Annotated[int, typer.Option(help="responses per generation batch")]
 
 
 def load_model(model: str, device: str | None, backend: str = "auto", model_id: str | None = None):
@@ -129,7 +129,7 @@ def register(app: typer.Typer) -> None:
                                                       help="text file wrapping the prompt at its {prompt} placeholder"),
                evaluate: bool = typer.Option(False, "--evaluate", help="judge each response right away"),
                seed: Seed = 0,
-               batch: Batch = 64,
+               batch: GenerationBatch = 64,
                device: Device = None,
                threads: int | None = THREADS_OPTION,
                workers: Workers = None,
@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
            beta: float | None = typer.Option(None, help="β for the printed mean Q̂0 (default 1/ln 100000)"),
            max_new_tokens: MaxNewTokens = 256,
            seed: Seed = 0,
-           batch: Batch = 64,
+           batch: GenerationBatch = 64,
            device: Device = None,
            threads: int | None = THREADS_OPTION,
            workers: Workers = None,
