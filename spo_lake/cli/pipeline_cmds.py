@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
                  format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Judge every trajectory its task's verifier has not judged yet in the sandbox (incremental, resumable); `eval`
         is pass@k of a model."""
-        from spo_lake.pipelines.evaluate import evaluate as run
+        from spo_lake.pipelines.judge import judge as run
 
         report = run(open_lake(), where=where, options=sandbox_options(timeout_s, memory_mb, sandbox), workers=workers,
                      executor=executor, ray_address=ray_address)
