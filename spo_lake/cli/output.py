@@ -31,7 +31,8 @@ DocumentFormat = Literal["table", "json"]
 RowsFormat = Literal["table", "csv", "json", "jsonl"]
 SqlFormat = Literal["table", "csv", "json", "jsonl", "parquet"]
 
-DOCUMENT_FORMAT = typer.Option("table", "--format", help="table (for people) or json (one JSON object on stdout)")
+DOCUMENT_HELP = "table (for people) or json (one JSON object on stdout)"
+DOCUMENT_FORMAT = typer.Option("table", "--format", help=DOCUMENT_HELP)
 _ROWS_HELP = ("table (for people), csv, json (one JSON array of row objects) or jsonl (one row object per line); "
               "a missing value is null (empty in csv)")
 ROWS_FORMAT = typer.Option("table", "--format", help=_ROWS_HELP)

@@ -3,45 +3,23 @@ from __future__ import annotations
 
 import typer
 
-from spo_lake.cli.common import (
-    SANDBOX_DEFAULTS,
-    Executor,
-    MemoryMb,
-    RayAddress,
-    Sandbox,
-    TimeoutS,
-    Workers,
-    console,
-    open_lake,
-    sandbox_options,
-    user_errors,
-)
-from spo_lake.cli.output import (
-    DOCUMENT_FORMAT,
-    DocumentFormat,
-    emit_json,
-    show_report,
-)
+from spo_lake.cli.common import RunOptions, console, open_lake, run_options, user_errors
+from spo_lake.cli.output import DOCUMENT_FORMAT, DocumentFormat, emit_json, show_report
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
-    def judge(where: str | None = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
-                 workers: Workers = None,
-                 timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
-                 memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
-                 sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-                 executor: Executor = "local",
-                 ray_address: RayAddress = None,
-                 format: DocumentFormat = DOCUMENT_FORMAT) -> None:
+    @run_options("workers", "timeout_s", "memory_mb", "sandbox", "executor", "ray_address", "format")
+    def judge(where: str | None = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"), *,
+              opts: RunOptions) -> None:
         """Judge every trajectory its task's verifier has not judged yet in the sandbox (incremental, resumable); `eval`
         is pass@k of a model."""
         from spo_lake.pipelines.judge import judge as run
 
-        report = run(open_lake(), where=where, options=sandbox_options(timeout_s, memory_mb, sandbox), workers=workers,
-                     executor=executor, ray_address=ray_address)
-        show_report(report, format)
+        report = run(open_lake(), where=where, options=opts.sandbox_options(), workers=opts.workers,
+                     executor=opts.executor, ray_address=opts.ray_address)
+        show_report(report, opts.format)
 
     app.command("evaluate", hidden=True, help="The old name of `judge`.")(judge)
 

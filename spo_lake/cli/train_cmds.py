@@ -8,7 +8,7 @@ import typer
 
 from spo_lake.cli.common import (
     SANDBOX_HELP,
-    THREADS_OPTION,
+    Threads,
     console,
     open_lake,
     sandbox_options,
@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
               timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
               memory_mb: int = typer.Option(512, help="address-space limit"),
               sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
-              threads: int | None = THREADS_OPTION,
+              threads: Threads = None,
               format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """pass@k of a model with the unbiased estimator (paper: n=20, temperature 0.4, top-p 0.95, k=1,10)."""
         from spo_lake.models.backend import TransformersPolicy
