@@ -1,4 +1,5 @@
-"""What every CLI verb shares: the lake option, the console, and turning user errors into one-line exits."""
+"""What every CLI verb shares: the lake option, the console, turning user errors into one-line exits, and the
+options of the verbs that run a model or generated code (`RunOptions`)."""
 from __future__ import annotations
 
 import dataclasses
