@@ -44,7 +44,7 @@ def run_variant(args: argparse.Namespace) -> dict:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from spo_lake.models.threads import use_threads
-    from spo_lake.rl.data import Example, collate
+    from spo_lake.rl.examples import Example, collate
     from spo_lake.rl.scoring import response_log_probs
 
     use_threads()

@@ -4,6 +4,9 @@
    `model.generate(do_sample=True, output_scores=True)` on the same left-padded prompts, same batch size,
    temperature and max_new_tokens; generated tokens/s of each and the ratio (target: >= 0.8x generate).
 2. Scoring: `policy.score` in batches versus one sequence at a time; scored tokens/s and the ratio.
+3. A temperature per prompt drawn from U(0.1, 0.8) (the paper's reference sampling, `spolake sample
+   --temperature-range`): the prompts in shared batches, each row at its own temperature, versus one call per
+   temperature (what the sample pipeline did before 2026-11-27: every prompt its own batch); tokens/s and the ratio.
 
 Rounds alternate and the best of each side counts, so machine load hits both alike.
 
@@ -14,6 +17,7 @@ Without --model the tiny model is built first (a few CPU minutes).
 from __future__ import annotations
 
 import argparse
+import random
 import tempfile
 import time
 
@@ -87,6 +91,22 @@ def main() -> None:
     single_s, _ = best_of(args.rounds, lambda: len(policy.score(prompt_ids, response_ids, batch_size=1)))
     print(f"score batched: {n_tokens / batched_s:10.0f} tokens/s; one at a time: {n_tokens / single_s:10.0f} tokens/s; "
           f"ratio {single_s / batched_s:.2f}x")
+
+    rng = random.Random(0)
+    temperatures = [rng.uniform(0.1, 0.8) for _ in prompts]
+
+    def shared() -> int:
+        results = policy.sample(prompts, n=2, temperature=temperatures, max_new_tokens=args.max_new, seed=2)
+        return sum(len(r.token_ids) for r in results)
+
+    def per_temperature() -> int:
+        return sum(len(r.token_ids) for p, t in zip(prompts, temperatures)
+                   for r in policy.sample([p], n=2, temperature=t, max_new_tokens=args.max_new, seed=2))
+
+    shared_s, shared_tokens = best_of(args.rounds, shared)
+    alone_s, alone_tokens = best_of(args.rounds, per_temperature)
+    print(f"temperature per prompt, shared batches: {shared_tokens / shared_s:10.0f} tokens/s; one batch per "
+          f"temperature: {alone_tokens / alone_s:10.0f} tokens/s; ratio {(shared_tokens / shared_s) / (alone_tokens / alone_s):.2f}x")
 
 
 if __name__ == "__main__":

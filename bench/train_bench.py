@@ -93,7 +93,7 @@ def build(root: Path, args: argparse.Namespace) -> None:
     ingest_trajectories(lake, from_records(located(records, "bench"), TRAJECTORY_FIELDS, "trajectories"),
                         source="human", defaults={"model": "solver"})
     # Q0 counts under the model's canonical id, the one refprobs records the cached log-probs under and the trainer
-    # looks both up by (config.pi0_id): under another id the stream would find no cache and π0 would run live.
+    # looks both up by (config.model.pi0_id): under another id the stream would find no cache and π0 would run live.
     pi0 = TransformersPolicy.from_pretrained(str(root / "model"))
     lake.append("values", [{"prompt_id": p["prompt_id"], "trajectory_id": None, "position": None, "model_id": pi0.model_id,
                             "temperature": 1.0, "top_p": 1.0, "n": 8, "n_success": 2} for p in prompts])
@@ -148,7 +148,7 @@ def training_state(trainer, update) -> dict:
 
 def sft_update(trainer, examples) -> dict:
     """The floor: the same forward pass and optimizer, loss = mean token cross-entropy of the responses."""
-    from spo_lake.rl.data import collate
+    from spo_lake.rl.examples import collate
     from spo_lake.rl.scoring import response_log_probs
 
     trainer.model.train()
@@ -183,11 +183,11 @@ def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
     lake = Lake.open(root / "lake")
     tokenizer_only = TransformersPolicy.from_pretrained(model_id)  # tokenises the stream's rows
     stream = LakeStream(lake, "bench", StreamConfig("lake", "lake", 1.0), 0,
-                        StreamSettings(config.pi0_id, 0.1, 0, max_response_tokens=4096), tokenizer_only)
+                        StreamSettings(config.model.pi0_id, 0.1, 0, max_response_tokens=4096), tokenizer_only)
     examples = stream.take(args.batch)
     # The stream finds π0's cached log-probs by the id the trainer uses: every row has them, none was recomputed.
     assert stream.ref_recomputed == 0 and all(e.ref_logprobs is not None for e in examples), \
-        f"{variant}: rows without cached π0 log-probs under {config.pi0_id}"
+        f"{variant}: rows without cached π0 log-probs under {config.model.pi0_id}"
     if variant in ("spo_live", "ppo", "grpo"):  # online rows: no cached π0 (SPO, PPO run it live; GRPO has no KL)
         # PPO's and GRPO's π_old: here π0's log-probs; GRPO's groups: GRPO_GROUP consecutive rows
         sampled = ("behavior_logprobs", "policy_logprobs") if variant != "spo_live" else ()

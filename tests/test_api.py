@@ -34,16 +34,16 @@ def test_ingest_is_both_the_package_and_the_function(tmp_path):
     assert report.summary() == "1 new, 0 already present; 1 new prompts"
 
 
-def test_the_readme_python_block_runs_as_written(tmp_path, monkeypatch):
+def test_the_documented_python_block_runs_as_written(tmp_path, monkeypatch):
     from spo_lake import Lake
     from spo_lake.ingest.datasets import ingest_dataset
-    from tests.test_snapshot_readers import readme_block
+    from tests.test_snapshot_readers import doc_block
 
     repo = Path(__file__).resolve().parents[1]
     (tmp_path / "examples").symlink_to(repo / "examples")
     ingest_dataset(Lake.init(tmp_path / "lake"), "countdown", None, n=3, seed=0)  # the tour's first step, smaller
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(readme_block("<!-- tested: tests/test_api.py -->"), scope)  # noqa: S102 (our README)
+    exec(doc_block("<!-- tested: tests/test_api.py -->"), scope)  # noqa: S102 (our docs)
     assert {r["source"]: r["n"] for r in scope["table"].to_pylist()} == {"human": 5, "reference": 6}
     assert len(scope["sft"]) == 5  # the solver's solutions: the samples are not judged yet

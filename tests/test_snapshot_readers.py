@@ -1,5 +1,5 @@
-"""The README's "read a snapshot without spo-lake" block, run as written: polars, daft, Ray Data and DuckDB read the
-Delta tables at the versions `spolake snapshot show NAME --format json` gives, after the lake moved on and was
+"""docs/interop.md's "read a snapshot without spo-lake" block, run as written: polars, daft, Ray Data and DuckDB read
+the Delta tables at the versions `spolake snapshot show NAME --format json` gives, after the lake moved on and was
 compacted."""
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ from pathlib import Path
 
 from spo_lake import Lake, ingest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "interop.md"
 
 
-def readme_block(marker: str) -> str:
-    """The ```python block that follows `marker` in the README."""
-    text = README.read_text()
+def doc_block(marker: str) -> str:
+    """The ```python block that follows `marker` in docs/interop.md."""
+    text = PAGE.read_text()
     match = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", text, re.S)
-    assert match, f"README has no python block after {marker}"
+    assert match, f"{PAGE.name} has no python block after {marker}"
     return match.group(1)
 
 
-def test_the_readme_block_reads_a_snapshot_with_every_engine(tmp_path, monkeypatch):
+def test_the_documented_block_reads_a_snapshot_with_every_engine(tmp_path, monkeypatch):
     import ray  # daft and ray[data] are test extras: a missing one fails here rather than skipping
 
     lake = Lake.init(tmp_path / "lake")
@@ -40,7 +40,7 @@ def test_the_readme_block_reads_a_snapshot_with_every_engine(tmp_path, monkeypat
     scope: dict = {}
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)  # the block's read_delta joins this one
     try:
-        exec(readme_block("<!-- tested: tests/test_snapshot_readers.py -->"), scope)  # noqa: S102 (our README)
+        exec(doc_block("<!-- tested: tests/test_snapshot_readers.py -->"), scope)  # noqa: S102 (our docs)
         traj = scope["traj"]
         assert traj["version"] == lake.get_snapshot("exp-1").versions["trajectories"] < lake.version("trajectories")
         assert Path(traj["path"]) == tmp_path / "lake" / "trajectories"

@@ -30,7 +30,9 @@ def register(app: typer.Typer) -> None:
              seed: int = typer.Option(None, hidden=True, help="one seed (old spelling of --seeds N)"),
              chain: bool = typer.Option(False, "--chain", help="the cumulative-lake experiment instead: per seed, "
                                         "K independent SPO half-online runs vs a chain of K (spo_lake.demo.chain)"),
-             runs: int = typer.Option(3, "--runs", min=1, help="--chain: runs per arm")) -> None:
+             runs: int = typer.Option(3, "--runs", min=1, help="--chain: runs per arm"),
+             jobs: int = typer.Option(None, "--jobs", min=1, help="training runs side by side, each on one thread "
+                                      "(default: one per core); results do not depend on it")) -> None:
         """Per seed: build a lake with the quickstart recipe (π0 rarely multiplies; the lake holds solutions that do),
         train seven arms from its snapshot (PPO, GRPO, SPO online, SPO half-online, SPO + MC, SFT→GRPO, GRPO + lake
         solutions), evaluate π0 and every arm on held-out and training prompts. Then a report over the seeds:
@@ -46,5 +48,5 @@ def register(app: typer.Typer) -> None:
             run_chain_demo(out, quick=quick, seeds=chosen, runs=runs, log=console.print)
             console.print(f"report: {out / 'chain_report.md'}; plot: {out / 'chain.png'}")
             return
-        run_demo(out, quick=quick, seeds=chosen, log=console.print)
+        run_demo(out, quick=quick, seeds=chosen, jobs=jobs, log=console.print)
         console.print(f"report: {out / 'report.md'}; plots: {out / 'pass_at_k.png'}, {out / 'pts_curve.png'}")

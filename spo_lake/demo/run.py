@@ -23,10 +23,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from spo_lake.console import progress_bar
 from spo_lake.lake import Lake
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
 from spo_lake.rl.run import read_metrics
@@ -163,8 +165,9 @@ class MethodResult:
 
 
 def train_method(lake_path: str, name: str, config: dict[str, Any], online_samples: int, out: Path,
-                 log: Callable[[str], None]) -> MethodResult:
-    """One `spolake train` child; wall time and peak RSS from os.wait4 are that run's alone."""
+                 log: Callable[[str], None], *, quiet: bool = False) -> MethodResult:
+    """One `spolake train` child; wall time and peak RSS from os.wait4 are that run's alone. `quiet` sends the
+    child's output to out/logs/RUN.log (for runs side by side, whose progress bars would interleave)."""
     config_path = out / "configs" / f"{config['run_name']}.toml"
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(_toml(config))
@@ -173,12 +176,19 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
     resumed = run_dir.exists()
     if resumed:  # a re-run continues the killed run
         cmd = cmd[:-2] + ["--resume", str(run_dir)]
-    log(f"[bold]{name}[/bold]: {' '.join(cmd[2:])}")
+    log_path = out / "logs" / f"{config['run_name']}.log"
+    log(f"[bold]{name}[/bold]: {' '.join(cmd[2:])}" + (f" (output: {log_path})" if quiet else ""))
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd)
+    if quiet:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("w") as sink:
+            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
+    else:
+        proc = subprocess.Popen(cmd)
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{name}: training exited with {os.waitstatus_to_exitcode(status)}")
+        where = f"; its output: {log_path}" if quiet else ""
+        raise RuntimeError(f"{name}: training exited with {os.waitstatus_to_exitcode(status)}{where}")
     records = read_metrics(run_dir)
     curve = [{k: v for k, v in r.items() if k == "step" or "pass@" in k} for r in records if "pass@1" in r]
     steps = [r["seconds"] for r in records if "seconds" in r]
@@ -186,7 +196,34 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
                         sum(steps) / max(len(steps), 1), usage.ru_maxrss / 1024, online_samples, resumed)
 
 
-def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None]) -> dict[str, Any]:
+def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_samples: int, out: Path,
+                  log: Callable[[str], None], jobs: int) -> list[MethodResult]:
+    """Every run as a `spolake train` child, `jobs` at a time (each child runs one torch thread, so one per core),
+    with a progress bar per run read from its metrics.jsonl; results in the order of `runs`. Runs are seeded and
+    single-threaded, so running them side by side changes their wall times, not their results."""
+    if jobs <= 1:
+        return [train_method(lake_path, name, config, online_samples, out, log) for name, config in runs.items()]
+    with progress_bar() as bar, ThreadPoolExecutor(jobs) as pool:
+        tasks = {name: bar.add_task(name, total=config["steps"]) for name, config in runs.items()}
+        futures = {name: pool.submit(train_method, lake_path, name, config, online_samples, out, log, quiet=True)
+                   for name, config in runs.items()}
+        while not all(f.done() for f in futures.values()):
+            for name, config in runs.items():
+                bar.update(tasks[name], completed=_steps_done(Path(config["run_dir"]) / config["run_name"]))
+            time.sleep(1.0)
+        for name, config in runs.items():
+            bar.update(tasks[name], completed=_steps_done(Path(config["run_dir"]) / config["run_name"]))
+        return [futures[name].result() for name in runs]
+
+
+def _steps_done(run_dir: Path) -> int:
+    try:
+        return sum(1 for r in read_metrics(run_dir) if "seconds" in r)
+    except (FileNotFoundError, ValueError):  # not started, or a line half-written at this instant
+        return 0
+
+
+def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None], jobs: int = 1) -> dict[str, Any]:
     """Lake + every method's run for one seed in `out`; the summary of a finished seed is kept (first timings win)."""
     summary_path = out / "summary.json"
     if summary_path.exists():
@@ -201,8 +238,8 @@ def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None])
     recipe_s = time.perf_counter() - started
     log(f"[bold]seed {seed} · 2/2 training[/bold]: " + ", ".join(methods(scale)))
     budget = scale.train_steps * scale.online_per_step
-    results = [train_method(lake_path, name, run_config(name, m, out, scale, seed), budget, out, log)
-               for name, m in methods(scale).items()]
+    runs = {name: run_config(name, m, out, scale, seed) for name, m in methods(scale).items()}
+    results = train_methods(lake_path, runs, budget, out, log, jobs)
     summary = {"seed": seed, "recipe_steps": steps, "recipe_seconds": round(recipe_s, 1),
                "total_seconds": round(time.perf_counter() - started, 1),
                "methods": [{**asdict(r), "gap": r.gap} for r in results]}
@@ -210,9 +247,10 @@ def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None])
     return summary
 
 
-def run_demo(out: Path, *, quick: bool = False, seeds: tuple[int, ...] | None = None,
+def run_demo(out: Path, *, quick: bool = False, seeds: tuple[int, ...] | None = None, jobs: int | None = None,
              log: Callable[[str], None] = print) -> dict[str, Any]:
-    """All seeds, then the report over them; returns the aggregated summary (also in demo_metrics.json)."""
+    """All seeds, then the report over them; returns the aggregated summary (also in demo_metrics.json). `jobs`
+    training runs go side by side (default: one per core)."""
     import torch
 
     from spo_lake.demo.report import write_report
@@ -227,5 +265,5 @@ def run_demo(out: Path, *, quick: bool = False, seeds: tuple[int, ...] | None = 
     per_seed = []
     for i, seed in enumerate(seeds):
         log(f"[bold]seed {seed}[/bold] ({i + 1}/{len(seeds)}, {'quick' if quick else 'full'} mode)")
-        per_seed.append(run_seed(out / f"seed-{seed}", scale, seed, log))
+        per_seed.append(run_seed(out / f"seed-{seed}", scale, seed, log, jobs or os.cpu_count() or 1))
     return write_report(out, per_seed, {"quick": quick, "scale": asdict(scale)})

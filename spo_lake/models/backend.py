@@ -63,13 +63,14 @@ class PolicyBackend(Protocol):
         self,
         prompts: Sequence[str],
         n: int = 1,
-        temperature: float = 1.0,
+        temperature: float | Sequence[float] = 1.0,
         top_p: float = 1.0,
         max_new_tokens: int = 256,
         stop: Sequence[str] | None = None,
         seed: int = 0,
     ) -> list[SampleResult]:
-        """n samples per prompt, len(prompts) * n results grouped by prompt."""
+        """n samples per prompt, len(prompts) * n results grouped by prompt. `temperature` is one for all or one per
+        prompt (prompts at different temperatures share batches)."""
 
     def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
                              max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
@@ -127,11 +128,21 @@ def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return getattr(torch, dtype)
 
 
-def _check_settings(n: int, temperature: float, top_p: float, max_new_tokens: int) -> None:
-    if temperature < 0 or not 0 < top_p <= 1 or n < 1 or max_new_tokens < 1:
+def _check_settings(n: int, temperature: float | Sequence[float], top_p: float, max_new_tokens: int) -> None:
+    temperatures = [temperature] if isinstance(temperature, int | float) else list(temperature)
+    if min(temperatures, default=0) < 0 or not 0 < top_p <= 1 or n < 1 or max_new_tokens < 1:
         raise InputError(
             f"bad sampling settings: n={n} temperature={temperature} top_p={top_p} max_new_tokens={max_new_tokens}"
         )
+
+
+def per_prompt(temperature: float | Sequence[float], prompts: int) -> list[float]:
+    """One temperature per prompt, from one for all or a list of them (which must have one per prompt)."""
+    if isinstance(temperature, int | float):
+        return [float(temperature)] * prompts
+    if len(temperature) != prompts:
+        raise InputError(f"bad sampling settings: {len(temperature)} temperatures for {prompts} prompts")
+    return [float(t) for t in temperature]
 
 
 class TransformersPolicy:
@@ -187,13 +198,14 @@ class TransformersPolicy:
         self,
         prompts: Sequence[str],
         n: int = 1,
-        temperature: float = 1.0,
+        temperature: float | Sequence[float] = 1.0,
         top_p: float = 1.0,
         max_new_tokens: int = 256,
         stop: Sequence[str] | None = None,
         seed: int = 0,
     ) -> list[SampleResult]:
         _check_settings(n, temperature, top_p, max_new_tokens)
+        temperatures = per_prompt(temperature, len(prompts))
         encoded = [self.encode_prompt(p) for p in prompts]
         jobs = [i for i in range(len(prompts)) for _ in range(n)]
         starts = range(0, len(jobs), self.batch_size)
@@ -204,7 +216,8 @@ class TransformersPolicy:
             chunk = jobs[start : start + self.batch_size]
             generator = torch.Generator(device=self.device).manual_seed(batch_seed)
             results += self._sample_batch(
-                chunk, [encoded[i] for i in chunk], temperature, top_p, max_new_tokens, list(stop or []), generator
+                chunk, [encoded[i] for i in chunk], [temperatures[i] for i in chunk], top_p, max_new_tokens,
+                list(stop or []), generator
             )
         return results
 
@@ -216,14 +229,15 @@ class TransformersPolicy:
         with `seed`."""
         _check_settings(1, temperature, top_p, max_new_tokens)
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        return self._sample_batch(list(range(len(prefixes))), [list(p) for p in prefixes], temperature, top_p,
+        rows = range(len(prefixes))
+        return self._sample_batch(list(rows), [list(p) for p in prefixes], [temperature for _ in rows], top_p,
                                   max_new_tokens, list(stop or []), generator)
 
     def _sample_batch(
         self,
         prompt_indices: list[int],
         prompt_ids: list[list[int]],
-        temperature: float,
+        temperatures: list[float],
         top_p: float,
         max_new_tokens: int,
         stop: list[str],
@@ -236,6 +250,9 @@ class TransformersPolicy:
         thread timing. Here every batch draws from its own seeded `generator`, and both the sampled-from and the
         model's own log-probs of each token come out of the same step."""
         batch = len(prompt_ids)
+        # one temperature for the batch, or a column of them: rows at different temperatures share the forward passes
+        temperature: float | torch.Tensor = temperatures[0] if len(set(temperatures)) == 1 else \
+            torch.tensor(temperatures, device=self.device).unsqueeze(-1)
         width = max(len(p) for p in prompt_ids)
         input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
         attention_mask = torch.zeros((batch, width), dtype=torch.long)

@@ -4,17 +4,20 @@ from __future__ import annotations
 import torch
 
 
-def sampling_log_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+def sampling_log_probs(logits: torch.Tensor, temperature: float | torch.Tensor, top_p: float) -> torch.Tensor:
     """Log-probabilities of the distribution actually sampled from.
 
-    logits: [B, V] -> [B, V]. Temperature scales the logits; top-p keeps the smallest set of most likely
-    tokens whose mass reaches top_p (always at least one) and renormalises over it; tokens outside the
-    nucleus get -inf. temperature == 0 means greedy: a point mass on the argmax (log-prob 0).
+    logits: [B, V] -> [B, V]. Temperature (one, or a [B, 1] column: one per row) scales the logits; top-p keeps the
+    smallest set of most likely tokens whose mass reaches top_p (always at least one) and renormalises over it;
+    tokens outside the nucleus get -inf. temperature == 0 means greedy: a point mass on the argmax (log-prob 0).
     """
     logits = logits.float()
+    if isinstance(temperature, torch.Tensor):  # rows at temperature 0 are greedy
+        cold = temperature == 0
+        tempered = sampling_log_probs(logits / temperature.masked_fill(cold, 1.0), 1.0, top_p)
+        return torch.where(cold, _greedy(logits), tempered) if bool(cold.any()) else tempered
     if temperature == 0:
-        greedy = torch.full_like(logits, float("-inf"))
-        return greedy.scatter_(-1, logits.argmax(-1, keepdim=True), 0.0)
+        return _greedy(logits)
     log_probs = torch.log_softmax(logits / temperature, dim=-1)
     if top_p >= 1.0:
         return log_probs
@@ -23,6 +26,10 @@ def sampling_log_probs(logits: torch.Tensor, temperature: float, top_p: float) -
     drop_sorted = mass_before >= top_p  # the first token always has mass_before 0, so it stays
     drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
     return torch.log_softmax(log_probs.masked_fill(drop, float("-inf")), dim=-1)
+
+
+def _greedy(logits: torch.Tensor) -> torch.Tensor:
+    return torch.full_like(logits, float("-inf")).scatter_(-1, logits.argmax(-1, keepdim=True), 0.0)
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

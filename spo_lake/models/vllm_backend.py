@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from spo_lake.models.backend import SampleResult, encode_prompt, tokenize_response
+from spo_lake.models.backend import SampleResult, encode_prompt, per_prompt, tokenize_response
 
 if TYPE_CHECKING:
     import torch
@@ -93,14 +93,15 @@ class VLLMPolicy:
         self,
         prompts: Sequence[str],
         n: int = 1,
-        temperature: float = 1.0,
+        temperature: float | Sequence[float] = 1.0,
         top_p: float = 1.0,
         max_new_tokens: int = 256,
         stop: Sequence[str] | None = None,
         seed: int = 0,
     ) -> list[SampleResult]:
-        params = self._params(temperature, top_p, max_new_tokens, stop, seed, n=n)
-        return self._generate([self.encode_prompt(p) for p in prompts], params, temperature, top_p)
+        temperatures = per_prompt(temperature, len(prompts))
+        params = [self._params(t, top_p, max_new_tokens, stop, seed, n=n) for t in temperatures]
+        return self._generate([self.encode_prompt(p) for p in prompts], params, temperatures, top_p)
 
     def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
                              max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
@@ -108,7 +109,7 @@ class VLLMPolicy:
         """See PolicyBackend. Request i is seeded seed + i, as vLLM seeds the i-th of n samples of one request: equal
         prefixes still get different continuations."""
         params = [self._params(temperature, top_p, max_new_tokens, stop, seed + i) for i in range(len(prefixes))]
-        return self._generate(prefixes, params, temperature, top_p)
+        return self._generate(prefixes, params, [temperature] * len(prefixes), top_p)
 
     @staticmethod
     def _params(temperature: float, top_p: float, max_new_tokens: int, stop: Sequence[str] | None, seed: int,
@@ -120,7 +121,7 @@ class VLLMPolicy:
             include_stop_str_in_output=True, seed=seed, logprobs=0,
         )
 
-    def _generate(self, prompt_ids: Sequence[Sequence[int]], params, temperature: float,
+    def _generate(self, prompt_ids: Sequence[Sequence[int]], params, temperatures: list[float],
                   top_p: float) -> list[SampleResult]:
         """Sample from token-id prompts; the results grouped by prompt, as `sample` returns them."""
         from vllm.inputs import TokensPrompt
@@ -139,7 +140,7 @@ class VLLMPolicy:
                         finish_reason="length" if completion.finish_reason == "length" else "stop",
                         text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
                         # processed log-probs are the model's own only without temperature and top-p
-                        policy_logprobs=logprobs if temperature == 1.0 and top_p == 1.0 else None,
+                        policy_logprobs=logprobs if temperatures[index] == 1.0 and top_p == 1.0 else None,
                     )
                 )
         return results

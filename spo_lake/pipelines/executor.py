@@ -31,11 +31,12 @@ EXECUTORS = ("local", "ray")
 
 @dataclass(frozen=True)
 class Call:
-    """One `sample` call of a backend: one response per prompt; `problems[i]` judges `prompts[i]`'s response."""
+    """One `sample` call of a backend: one response per prompt, `prompts[i]` at `temperatures[i]`; `problems[i]`
+    judges its response."""
 
     prompts: list[str]
     problems: list[Problem]
-    temperature: float
+    temperatures: list[float]
     top_p: float
     max_new_tokens: int
     seed: int
@@ -82,7 +83,7 @@ class RolloutWorker:
 
     def rollout(self, index: int, call: Call, judge: SandboxOptions | None
                 ) -> tuple[int, list[SampleResult], list[Verdict] | None]:
-        results = self.model.sample(call.prompts, n=1, temperature=call.temperature, top_p=call.top_p,
+        results = self.model.sample(call.prompts, n=1, temperature=call.temperatures, top_p=call.top_p,
                                     max_new_tokens=call.max_new_tokens, seed=call.seed)
         if judge is None:
             return index, results, None

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,16 +107,14 @@ def draw(model: PolicyBackend, requests: Sequence[Request], settings: SampleSett
          run_id: str, report: SampleReport, executor: LocalExecutor | RayExecutor,
          evaluate: SandboxOptions | None = None, batch: int = 64, show_progress: bool = True,
          label: str = "sample") -> None:
-    """Sample every request (batched per temperature) on `executor` and add trajectories (and, with `evaluate`,
-    their evaluations, added first) to `out`; counts go into `report`. `label` names the progress bar and separates the
-    random streams of different pipelines (q0 and sample never replay each other's draws)."""
-    by_temperature: dict[float, list[Request]] = defaultdict(list)
-    for r in requests:
-        by_temperature[r.temperature].append(r)
-    chunks = [group[start:start + batch] for group in by_temperature.values() for start in range(0, len(group), batch)]
+    """Sample every request (in batches of `batch`, each request at its own temperature) on `executor` and add
+    trajectories (and, with `evaluate`, their evaluations, added first) to `out`; counts go into `report`. `label`
+    names the progress bar and separates the random streams of different pipelines (q0 and sample never replay each
+    other's draws)."""
+    chunks = [requests[start:start + batch] for start in range(0, len(requests), batch)]
     # A call's seed is a function of its own settings and first request, whichever worker runs it.
     calls = [Call([render_prompt(r.problem, settings.template) for r in chunk], [r.problem for r in chunk],
-                  chunk[0].temperature, settings.top_p, settings.max_new_tokens,
+                  [r.temperature for r in chunk], settings.top_p, settings.max_new_tokens,
                   derive_seed(settings.seed, label, settings.source, settings.template, chunk[0].temperature,
                               settings.top_p, chunk[0].problem.prompt_id, chunk[0].index))
              for chunk in chunks]

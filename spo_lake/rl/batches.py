@@ -39,7 +39,7 @@ def batch_sources(lake: Lake, run_dir: str | Path) -> pa.Table:
     steps = [m for m in read_metrics(run_dir) if "loss" in m and m.get("phase") != "sft"]
     skipped = steps[-1].get("lake_rows_skipped", 0) if steps else 0
     rows = []
-    for stream, count in zip(config.streams, stream_counts(config)):
+    for stream, count in zip(config.data.streams, stream_counts(config)):
         if stream.inject:
             continue
         drawn = count * len(steps)
@@ -50,11 +50,11 @@ def batch_sources(lake: Lake, run_dir: str | Path) -> pa.Table:
                      for r in written]
             continue
         query = DRAWN_SQL.format(selection=selection_sql(),
-                                 condition=stream_condition(stream, config.algorithm == "spo"))
+                                 condition=stream_condition(stream, config.algorithm.name == "spo"))
         size = lake.sql(f"SELECT sum(per_epoch) AS n FROM ({query})", info["snapshot"],
-                        params={"salt": "", "drawn": 0, "pi0": config.pi0_id}).column("n")[0].as_py() or 0
+                        params={"salt": "", "drawn": 0, "pi0": config.model.pi0_id}).column("n")[0].as_py() or 0
         epochs, rest = divmod(drawn, size) if size else (0, 0)
-        params = {"salt": shuffle_salt(config.seed, epochs, stream.name), "drawn": rest, "pi0": config.pi0_id}
+        params = {"salt": shuffle_salt(config.run.seed, epochs, stream.name), "drawn": rest, "pi0": config.model.pi0_id}
         for r in lake.sql(query, info["snapshot"], params=params).to_pylist():
             rows.append({"stream": stream.name, "kind": "lake", "source": r["source"],
                          "sequences": epochs * r["per_epoch"] + r["in_partial_epoch"]})

@@ -1,4 +1,5 @@
-"""The training config: one dataclass whose fields are exactly the keys of a run's TOML file.
+"""The training config: one section per component (TrainConfig), set by the flat keys of a run's TOML file
+(KEYS maps each key to its section's field; docs/config.md lists them).
 
 ```toml
 model = "runs/tiny"                 # policy to train (and π0 unless `reference` is set)
@@ -52,14 +53,36 @@ class StreamConfig:
     inject: bool = False
 
 
+def _key(name: str, default: Any = MISSING, factory: Any = MISSING) -> Any:
+    """A section field whose TOML key is `name` (the key of a field without one is the field's name)."""
+    return field(default=default, default_factory=factory, metadata={"key": name})
+
+
 @dataclass
-class TrainConfig:
-    # models
-    model: str = ""
+class ModelConfig:
+    """The policy and π0."""
+
+    path: str = _key("model", "")
     reference: str = ""  # π0 (reference model); "" = `model`
     reference_id: str = ""  # model_id of π0 in the values/logprobs tables; "" = model_identity(reference)
-    # algorithm
-    algorithm: str = "spo"
+
+    @property
+    def reference_path(self) -> str:
+        return self.reference or self.path
+
+    @property
+    def pi0_id(self) -> str:
+        from spo_lake.models.identity import model_identity
+
+        return self.reference_id or model_identity(self.reference_path)
+
+
+@dataclass
+class AlgorithmConfig:
+    """What is minimised: the algorithm, and SPO's objective, loss and β (spo_lake.rl.losses; β is PPO's KL weight
+    too)."""
+
+    name: str = _key("algorithm", "spo")
     objective: str = "terminal"
     loss: str = "ce"
     beta: float = PAPER_BETA
@@ -70,13 +93,23 @@ class TrainConfig:
     # (success estimates capped at 0.95) its weight is ~20 and none did.
     ce_eps: float = 0.05
     advantage_scale: float = 1.0  # advantage objective: both sides warped by σ(·/(advantage_scale·β))
-    # data
+
+
+@dataclass
+class DataConfig:
+    """What the lake streams read (spo_lake.rl.data) and what each batch is made of."""
+
     snapshot: str = ""  # "" = pin a new snapshot named after the run
     prompts_where: str = ""  # SQL over `prompts` choosing the online rollout prompts
     max_response_tokens: int = 1024  # lake trajectories longer than this are skipped
     page_size: int = 1024  # lake rows fetched per query: memory per stream is O(page_size)
     streams: list[StreamConfig] = field(default_factory=lambda: [StreamConfig("online", "online", 1.0)])
-    # optimisation
+
+
+@dataclass
+class OptimConfig:
+    """The optimizer, its schedule and the batch (AdamW, linear warm-up then constant)."""
+
     steps: int = 1000
     batch_size: int = 16
     grad_accum: int = 1
@@ -84,51 +117,77 @@ class TrainConfig:
     warmup_steps: int = 200
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    # online rollouts
+
+
+@dataclass
+class RolloutConfig:
+    """The online stream's rollouts: sampling, judging and write-back (spo_lake.rl.rollout)."""
+
     model_update_interval: int = 10  # behaviour policy refreshed every this many steps (PPO, GRPO: forced to 1)
-    rollout_lag: int = 1  # steps a rollout's policy may trail the trainer: 0 = synchronous, 1 = overlapped
+    lag: int = _key("rollout_lag", 1)  # steps a rollout's policy may trail the trainer: 0 = synchronous, 1 = overlapped
     samples_per_prompt: int = 1
     temperature_min: float = 0.1  # rollout temperature ~ U(min, max), one draw per step
     temperature_max: float = 0.8
     top_p: float = 0.95
-    max_new_tokens: int = 512
+    max_new_tokens: int = 512  # evaluation samples and GRPO's dr_grpo normaliser use it too
     stop: list[str] = field(default_factory=list)
     write_back: bool = True  # append online rollouts and their verdicts to the lake
     flush_rows: int = 512
+    # the sandbox that judges rollouts (and evaluation samples)
     sandbox_mode: str = "bwrap"
     sandbox_timeout_s: float = 5.0
     sandbox_memory_mb: int = 512
     judge_workers: int = 2
-    rollout_backend: str = "transformers"  # what samples the online rollouts: transformers | vllm
+    backend: str = _key("rollout_backend", "transformers")  # what samples the online rollouts: transformers | vllm
     # where the rollout policy samples: local = a thread of the trainer process; ray = a Ray actor that is sent each
     # new policy version (spo_lake.rl.ray_rollout). Judging and write-back stay in the trainer process.
     executor: str = "local"
     ray_address: str = ""  # executor = "ray": the Ray cluster to join; "" = start a local instance
-    # PPO (paper §3.1.4)
+
+
+@dataclass
+class PPOConfig:
+    """The PPO baseline (paper §3.1.4): its value model and loss; `clip_eps` is GRPO's ε too."""
+
     value_lr: float = 1e-5
     gamma: float = 1.0
     lam: float = 0.95
     clip_eps: float = 0.2
     value_coef: float = 0.5
-    # GRPO (DeepSeekMath eq. 3, TRL's defaults; clip_eps above is its ε): group = the samples_per_prompt rollouts of
-    # one prompt, plus the rows an `inject` stream adds to it
-    grpo_kl_coef: float = 0.0  # coefficient of the k3 KL[πθ‖π0] term (TRL's `beta`); 0 = none, π0 never loaded
+
+
+@dataclass
+class GRPOConfig:
+    """GRPO (DeepSeekMath eq. 3, TRL's defaults; its ε is ppo.clip_eps): group = the samples_per_prompt rollouts of
+    one prompt, plus the rows an `inject` stream adds to it."""
+
+    kl_coef: float = _key("grpo_kl_coef", 0.0)  # the k3 KL[πθ‖π0] term's coefficient (TRL's `beta`); 0 = no π0
     scale_rewards: str = "group"  # advantages divided by the std of the group | batch | none
     loss_type: str = "dapo"  # token losses / the batch's tokens (dapo) | per-sequence means (grpo) | dr_grpo
-    sft_steps: int = 0  # GRPO: the first this many steps are SFT on `sft_where` lake rows, then GRPO
+    sft_steps: int = 0  # the first this many steps are SFT on `sft_where` lake rows, then GRPO
     sft_where: str = ""  # SQL over the selection (as a stream's `where`): the SFT rows
-    # evaluation (pass@k on held-out prompts)
-    eval_every: int = 0  # steps; 0 = never during training
-    eval_where: str = ""  # SQL over `prompts`: held-out prompts (also evaluated at step 0: π0's own figures)
-    eval_train_where: str = ""  # SQL over `prompts`: training prompts evaluated alongside (logged as train/pass@k)
-    eval_max_prompts: int = 100
-    eval_n: int = 20
-    eval_k: list[int] = field(default_factory=lambda: [1, 10])
-    eval_temperature: float = 0.4
-    eval_top_p: float = 0.95
-    # run
-    run_name: str = ""  # "" = a fresh id
-    run_dir: str = "runs"
+
+
+@dataclass
+class EvalConfig:
+    """pass@k on held-out prompts during training (spo_lake.rl.evaluation)."""
+
+    every: int = _key("eval_every", 0)  # steps; 0 = never during training
+    where: str = _key("eval_where", "")  # SQL over `prompts`: held-out prompts (also evaluated at step 0: π0's own)
+    train_where: str = _key("eval_train_where", "")  # SQL over `prompts`: training prompts (logged as train/pass@k)
+    max_prompts: int = _key("eval_max_prompts", 100)
+    n: int = _key("eval_n", 20)
+    k: list[int] = _key("eval_k", factory=lambda: [1, 10])
+    temperature: float = _key("eval_temperature", 0.4)
+    top_p: float = _key("eval_top_p", 0.95)
+
+
+@dataclass
+class RunConfig:
+    """The run itself: its name and directory, checkpoints, seed, and where and how the models run."""
+
+    name: str = _key("run_name", "")  # "" = a fresh id
+    dir: str = _key("run_dir", "runs")
     checkpoint_every: int = 0  # steps; 0 = only at the end
     keep_checkpoints: int = 2
     seed: int = 0
@@ -138,25 +197,56 @@ class TrainConfig:
     gradient_checkpointing: bool = False
     score_batch_size: int = 16  # sequences per forward of the live reference model
 
-    @property
-    def reference_path(self) -> str:
-        return self.reference or self.model
 
-    @property
-    def pi0_id(self) -> str:
-        from spo_lake.models.identity import model_identity
+@dataclass
+class TrainConfig:
+    """A run's settings, one section per component. The TOML file (and `--set`) uses flat keys: KEYS maps each to
+    its section's field (docs/config.md lists them)."""
 
-        return self.reference_id or model_identity(self.reference_path)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    @classmethod
+    def from_keys(cls, **keys: Any) -> TrainConfig:
+        """A config from flat keys, unchecked (validate checks it): TrainConfig.from_keys(model="m", steps=10)."""
+        unknown = sorted(set(keys) - set(KEYS))
+        _check(not unknown, f"config: unknown key(s) {unknown}; known: {', '.join(KEYS)}")
+        sections: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+        for key, value in keys.items():
+            section, name = KEYS[key]
+            sections[section][name] = value
+        return cls(**{name: SECTIONS[name](**values) for name, values in sections.items()})
+
+    def get(self, key: str) -> Any:
+        """The value of a flat key."""
+        section, name = KEYS[key]
+        return getattr(getattr(self, section), name)
 
     @property
     def behaviour_interval(self) -> int:
-        return 1 if self.algorithm in ("ppo", "grpo") else self.model_update_interval
+        return 1 if self.algorithm.name in ("ppo", "grpo") else self.rollout.model_update_interval
 
     def stream_objective(self, stream: StreamConfig) -> tuple[str, str]:
-        return stream.objective or self.objective, stream.loss or self.loss
+        return stream.objective or self.algorithm.objective, stream.loss or self.algorithm.loss
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The flat keys and their values (what a run's manifest records and config_from_dict reads)."""
+        nested = asdict(self)
+        return {key: nested[section][name] for key, (section, name) in KEYS.items()}
+
+
+SECTIONS: dict[str, type] = {f.name: f.default_factory for f in fields(TrainConfig)}  # type: ignore[misc]
+# flat TOML key → (section, field), in the sections' order
+KEYS: dict[str, tuple[str, str]] = {f.metadata.get("key", f.name): (section, f.name)
+                                    for section, cls in SECTIONS.items() for f in fields(cls)}
+_HINTS = {key: typing.get_type_hints(SECTIONS[section])[name] for key, (section, name) in KEYS.items()}
 
 
 def _check(ok: bool, message: str) -> None:
@@ -166,36 +256,38 @@ def _check(ok: bool, message: str) -> None:
 
 def validate(c: TrainConfig) -> TrainConfig:
     """Raise ValueError with one line naming the bad key; returns c."""
-    _check(bool(c.model), "config: `model` is required (a model directory or hub name)")
-    _check(c.algorithm in ALGORITHMS, f"config: algorithm {c.algorithm!r} not in {ALGORITHMS}")
-    _check(c.beta > 0, f"config: beta must be > 0, got {c.beta}")
-    _check(c.ce_eps > 0 and c.advantage_scale > 0,
-           f"config: ce_eps and advantage_scale must be > 0, got {c.ce_eps}, {c.advantage_scale}")
+    a, r, o, e = c.algorithm, c.rollout, c.optim, c.eval
+    _check(bool(c.model.path), "config: `model` is required (a model directory or hub name)")
+    _check(a.name in ALGORITHMS, f"config: algorithm {a.name!r} not in {ALGORITHMS}")
+    _check(a.beta > 0, f"config: beta must be > 0, got {a.beta}")
+    _check(a.ce_eps > 0 and a.advantage_scale > 0,
+           f"config: ce_eps and advantage_scale must be > 0, got {a.ce_eps}, {a.advantage_scale}")
     for key in ("steps", "batch_size", "grad_accum", "model_update_interval", "samples_per_prompt", "max_new_tokens",
                 "max_response_tokens", "page_size", "eval_n", "judge_workers", "flush_rows", "score_batch_size"):
-        _check(getattr(c, key) >= 1, f"config: {key} must be >= 1, got {getattr(c, key)}")
+        _check(c.get(key) >= 1, f"config: {key} must be >= 1, got {c.get(key)}")
     for key in ("warmup_steps", "eval_every", "checkpoint_every", "rollout_lag", "lr", "value_lr", "weight_decay",
                 "q0_prior", "threads"):
-        _check(getattr(c, key) >= 0, f"config: {key} must be >= 0, got {getattr(c, key)}")
-    _check(c.batch_size % c.grad_accum == 0,
-           f"config: batch_size {c.batch_size} is not divisible by grad_accum {c.grad_accum}")
-    _check(0 <= c.temperature_min <= c.temperature_max,
-           f"config: need 0 <= temperature_min <= temperature_max, got {c.temperature_min}, {c.temperature_max}")
-    _check(0 < c.top_p <= 1 and 0 < c.eval_top_p <= 1, "config: top_p and eval_top_p must lie in (0, 1]")
-    _check(all(1 <= k <= c.eval_n for k in c.eval_k), f"config: every eval_k must lie in 1..eval_n={c.eval_n}")
-    _check(c.dtype in ("auto", "float32", "bfloat16", "float16"), f"config: dtype {c.dtype!r} unknown")
-    _check(c.rollout_backend in ("transformers", "vllm"),
-           f"config: rollout_backend {c.rollout_backend!r} not in ('transformers', 'vllm')")
-    _check(c.executor in ("local", "ray"), f"config: executor {c.executor!r} not in ('local', 'ray')")
-    _check(not c.ray_address or c.executor == "ray", "config: ray_address needs executor = \"ray\"")
-    _check(c.keep_checkpoints >= 1, "config: keep_checkpoints must be >= 1")
-    _check(bool(c.streams), "config: at least one [[streams]] entry is needed")
-    names = [s.name for s in c.streams]
+        _check(c.get(key) >= 0, f"config: {key} must be >= 0, got {c.get(key)}")
+    _check(o.batch_size % o.grad_accum == 0,
+           f"config: batch_size {o.batch_size} is not divisible by grad_accum {o.grad_accum}")
+    _check(0 <= r.temperature_min <= r.temperature_max,
+           f"config: need 0 <= temperature_min <= temperature_max, got {r.temperature_min}, {r.temperature_max}")
+    _check(0 < r.top_p <= 1 and 0 < e.top_p <= 1, "config: top_p and eval_top_p must lie in (0, 1]")
+    _check(all(1 <= k <= e.n for k in e.k), f"config: every eval_k must lie in 1..eval_n={e.n}")
+    _check(c.run.dtype in ("auto", "float32", "bfloat16", "float16"), f"config: dtype {c.run.dtype!r} unknown")
+    _check(r.backend in ("transformers", "vllm"),
+           f"config: rollout_backend {r.backend!r} not in ('transformers', 'vllm')")
+    _check(r.executor in ("local", "ray"), f"config: executor {r.executor!r} not in ('local', 'ray')")
+    _check(not r.ray_address or r.executor == "ray", "config: ray_address needs executor = \"ray\"")
+    _check(c.run.keep_checkpoints >= 1, "config: keep_checkpoints must be >= 1")
+    streams = c.data.streams
+    _check(bool(streams), "config: at least one [[streams]] entry is needed")
+    names = [s.name for s in streams]
     _check(len(set(names)) == len(names), f"config: stream names must be unique, got {names}")
-    _check(sum(s.kind == "online" for s in c.streams) <= 1, "config: at most one online stream")
-    _check(abs(sum(s.fraction for s in c.streams) - 1.0) < 1e-6,
-           f"config: stream fractions must sum to 1, got {sum(s.fraction for s in c.streams):g}")
-    for s in c.streams:
+    _check(sum(s.kind == "online" for s in streams) <= 1, "config: at most one online stream")
+    _check(abs(sum(s.fraction for s in streams) - 1.0) < 1e-6,
+           f"config: stream fractions must sum to 1, got {sum(s.fraction for s in streams):g}")
+    for s in streams:
         where = f"config: stream {s.name!r}"
         _check(s.kind in STREAM_KINDS, f"{where}: kind {s.kind!r} not in {STREAM_KINDS}")
         _check(s.fraction > 0, f"{where}: fraction must be > 0")
@@ -206,58 +298,62 @@ def validate(c: TrainConfig) -> TrainConfig:
         _check(objective in OBJECTIVES, f"{where}: objective {objective!r} not in {OBJECTIVES}")
         _check(loss in LOSSES, f"{where}: loss {loss!r} not in {LOSSES}")
         _check(not (objective == "advantage" and loss != "ce"), f"{where}: objective 'advantage' needs loss 'ce'")
-    if c.algorithm == "ppo":
-        _check(all(s.kind == "online" for s in c.streams),
+    if a.name == "ppo":
+        _check(all(s.kind == "online" for s in streams),
                "config: PPO trains on online rollouts only (one online stream)")
-    online = sum(count for s, count in zip(c.streams, stream_counts(c)) if s.kind == "online")
-    _check(online % c.samples_per_prompt == 0,
+    online = sum(count for s, count in zip(streams, stream_counts(c)) if s.kind == "online")
+    _check(online % r.samples_per_prompt == 0,
            f"config: the online share of a batch ({online}) is not divisible by "
-           f"samples_per_prompt {c.samples_per_prompt}")
+           f"samples_per_prompt {r.samples_per_prompt}")
     _validate_grpo(c, online)
     return c
 
 
 def _validate_grpo(c: TrainConfig, online: int) -> None:
-    grpo = c.algorithm == "grpo"
-    injected = [s for s in c.streams if s.inject]
+    grpo, g, streams = c.algorithm.name == "grpo", c.grpo, c.data.streams
+    injected = [s for s in streams if s.inject]
     _check(grpo or not injected, "config: `inject` streams are for algorithm = \"grpo\"")
-    _check(grpo or not (c.sft_steps or c.sft_where), "config: sft_steps and sft_where are for algorithm = \"grpo\"")
-    _check(grpo or not c.grpo_kl_coef, "config: grpo_kl_coef is for algorithm = \"grpo\" (PPO's KL weight is `beta`)")
-    _check(c.scale_rewards in SCALE_REWARDS, f"config: scale_rewards {c.scale_rewards!r} not in {SCALE_REWARDS}")
-    _check(c.loss_type in LOSS_TYPES, f"config: loss_type {c.loss_type!r} not in {LOSS_TYPES}")
-    _check(c.grpo_kl_coef >= 0, f"config: grpo_kl_coef must be >= 0, got {c.grpo_kl_coef}")
-    _check(0 <= c.sft_steps < c.steps, f"config: sft_steps must lie in 0..steps-1={c.steps - 1}, got {c.sft_steps}")
-    _check(bool(c.sft_where) == bool(c.sft_steps), "config: sft_steps > 0 and sft_where go together")
+    _check(grpo or not (g.sft_steps or g.sft_where), "config: sft_steps and sft_where are for algorithm = \"grpo\"")
+    _check(grpo or not g.kl_coef, "config: grpo_kl_coef is for algorithm = \"grpo\" (PPO's KL weight is `beta`)")
+    _check(g.scale_rewards in SCALE_REWARDS, f"config: scale_rewards {g.scale_rewards!r} not in {SCALE_REWARDS}")
+    _check(g.loss_type in LOSS_TYPES, f"config: loss_type {g.loss_type!r} not in {LOSS_TYPES}")
+    _check(g.kl_coef >= 0, f"config: grpo_kl_coef must be >= 0, got {g.kl_coef}")
+    steps = c.optim.steps
+    _check(0 <= g.sft_steps < steps, f"config: sft_steps must lie in 0..steps-1={steps - 1}, got {g.sft_steps}")
+    _check(bool(g.sft_where) == bool(g.sft_steps), "config: sft_steps > 0 and sft_where go together")
     if not grpo:
         return
-    _check(all(s.kind == "online" or s.inject for s in c.streams),
+    _check(all(s.kind == "online" or s.inject for s in streams),
            "config: GRPO trains on online groups (one online stream) and the lake rows an `inject` stream adds to them")
     _check(online > 0, "config: GRPO needs an online stream")
     _check(len(injected) <= 1, "config: at most one `inject` stream")
-    groups = online // c.samples_per_prompt
-    per_group = sum(count for s, count in zip(c.streams, stream_counts(c)) if s.inject) / groups
+    samples = c.rollout.samples_per_prompt
+    groups = online // samples
+    per_group = sum(count for s, count in zip(streams, stream_counts(c)) if s.inject) / groups
     _check(per_group == int(per_group), f"config: an `inject` stream's share of a batch must be a multiple of the "
                                         f"{groups} groups (prompts) per batch")
-    _check(c.samples_per_prompt + per_group >= 2,
+    _check(samples + per_group >= 2,
            "config: a GRPO group needs >= 2 sequences (samples_per_prompt, plus injected rows)")
 
 
 def inject_per_group(c: TrainConfig) -> int:
     """Lake rows an `inject` stream adds to each online group (0 without one)."""
-    counts = stream_counts(c)
-    online = sum(n for s, n in zip(c.streams, counts) if s.kind == "online")
-    return sum(n for s, n in zip(c.streams, counts) if s.inject) // (online // c.samples_per_prompt) if online else 0
+    counts, streams = stream_counts(c), c.data.streams
+    online = sum(n for s, n in zip(streams, counts) if s.kind == "online")
+    return sum(n for s, n in zip(streams, counts) if s.inject) // (online // c.rollout.samples_per_prompt) \
+        if online else 0
 
 
 def stream_counts(c: TrainConfig) -> list[int]:
     """Sequences per batch for each stream: fraction × batch_size by largest remainder, fixed for every batch."""
-    exact = [s.fraction * c.batch_size for s in c.streams]
+    batch_size = c.optim.batch_size
+    exact = [s.fraction * batch_size for s in c.data.streams]
     counts = [int(x) for x in exact]
     by_remainder = sorted(range(len(exact)), key=lambda i: (-(exact[i] - counts[i]), i))
-    for i in by_remainder[: c.batch_size - sum(counts)]:
+    for i in by_remainder[: batch_size - sum(counts)]:
         counts[i] += 1
     if any(n == 0 for n in counts):
-        raise InputError(f"config: batch_size {c.batch_size} leaves a stream with no sequence (counts {counts})")
+        raise InputError(f"config: batch_size {batch_size} leaves a stream with no sequence (counts {counts})")
     return counts
 
 
@@ -288,6 +384,12 @@ def _from_mapping(cls: type, data: dict[str, Any], where: str) -> Any:
     missing = [n for n, f in known.items() if f.default is MISSING and f.default_factory is MISSING and n not in data]
     _check(not missing, f"{where}: missing key(s) {missing}")
     return cls(**{k: _coerce(v, hints[k], f"{where}: {k}") for k, v in data.items()})
+
+
+def _parse(data: dict[str, Any]) -> TrainConfig:
+    """A config from a TOML mapping of flat keys, each checked against its field's type."""
+    TrainConfig.from_keys(**dict.fromkeys(data))  # unknown keys first, before any value's type
+    return TrainConfig.from_keys(**{k: _coerce(v, _HINTS[k], f"config: {k}") for k, v in data.items()})
 
 
 def _stream(data: Any, where: str) -> StreamConfig:
@@ -339,7 +441,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise InputError(f"{path}: invalid TOML: {exc}") from None
     data = apply_overrides(data, overrides or [])
     try:
-        return validate(_from_mapping(TrainConfig, data, "config"))
+        return validate(_parse(data))
     except ValueError as exc:
         raise InputError(located_error(path, text, str(exc))) from None
 
@@ -357,4 +459,4 @@ def located_error(path: str | Path | None, text: str, message: str) -> str:
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     """The inverse of TrainConfig.to_dict (used to resume a run from its manifest)."""
-    return validate(_from_mapping(TrainConfig, data, "config"))
+    return validate(_parse(data))

@@ -1,4 +1,4 @@
-"""Training data: lake trajectories streamed from a pinned snapshot, padded batches, and the stream mixer.
+"""Training data: lake trajectories streamed from a pinned snapshot, and the prompts of the online rollouts.
 
 How a lake stream stays memory-flat: keyset pagination over a deterministic hash order. Every epoch orders the
 stream's selection by md5(trajectory_id | seed | epoch | stream) and fetches one page at a time with
@@ -15,12 +15,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import pyarrow as pa
-import torch
 
 from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Snapshot
@@ -28,11 +27,9 @@ from spo_lake.lake.sql import CANONICAL_SQL, DEDUP_METHOD, VERDICT_SQL, where_cl
 from spo_lake.models.backend import PolicyBackend
 from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.rl.config import StreamConfig
+from spo_lake.rl.examples import Example
 from spo_lake.scores import q0_from_counts
 from spo_lake.tasks import Problem
-
-if TYPE_CHECKING:
-    from spo_lake.rl.rollout import OnlineSource
 
 # Prompt-level Q0 counts and prefix estimates are of π0 ($pi0) itself: temperature 1, top-p 1 (what `spolake q0`/`pts`
 # write).
@@ -64,112 +61,6 @@ LEFT JOIN lp USING (trajectory_id) LEFT JOIN dup USING (trajectory_id)
 # the prompt has the same normalised program and is the group's canonical row (`spolake dedup`).
 SELECTION_COLUMNS = ("task", "reward", "passed", "verdict", "q0_n", "q0_success", "n_mc", "n_pivots",
                      "has_ref_logprobs", "duplicate")
-
-
-@dataclass
-class Example:
-    """One training sequence, whatever its source."""
-
-    stream: int  # index of the stream it came from
-    prompt_id: str
-    prompt_ids: list[int]
-    response_ids: list[int]
-    reward: float
-    q0: float  # Q̂0 of the prompt at the run's β; nan when the prompt has no Q0 counts (PPO needs none)
-    ref_logprobs: list[float] | None = None  # cached log π0 of response_ids; None = score with the live π0
-    behavior_logprobs: list[float] | None = None  # log-probs of the distribution the response was sampled from
-    # log π_old: the sampling policy's own log-probs (no temperature, no top-p), PPO's ratio and KL reward
-    policy_logprobs: list[float] | None = None
-    policy_version: int = -1  # behaviour-policy version of an online rollout; -1 for lake data
-    group: int = -1  # GRPO: the step's online group (one prompt's samples, and lake rows injected into it)
-    mc_positions: list[int] = field(default_factory=list)  # Monte-Carlo targets: after the first p tokens ...
-    mc_success: list[float] = field(default_factory=list)  # ... π0 succeeds with this probability
-    trajectory_id: str | None = None
-
-
-@dataclass
-class Batch:
-    """Padded tensors of a list of examples. Prompts are left-padded and responses right-padded, so every
-    response starts at column P: the logits of the last T+1 positions score all responses at once.
-
-    input_ids, attention_mask: (B, P+T). response_ids: (B, T); response_mask: (B, T) bool, left-aligned.
-    ref_logprobs, behavior_logprobs, policy_logprobs: (B, T), valid where ref_cached / has_behavior /
-    has_policy (B,) is set.
-    reward, q0: (B,). mc_positions, mc_success, mc_mask: (B, M). stream, policy_version: (B,) long.
-    """
-
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    response_ids: torch.Tensor
-    response_mask: torch.Tensor
-    ref_logprobs: torch.Tensor
-    ref_cached: torch.Tensor
-    behavior_logprobs: torch.Tensor
-    has_behavior: torch.Tensor
-    policy_logprobs: torch.Tensor
-    has_policy: torch.Tensor
-    reward: torch.Tensor
-    q0: torch.Tensor
-    mc_positions: torch.Tensor
-    mc_success: torch.Tensor
-    mc_mask: torch.Tensor
-    stream: torch.Tensor
-    policy_version: torch.Tensor
-
-    def to(self, device: torch.device | str) -> Batch:
-        return Batch(**{name: value.to(device) for name, value in vars(self).items()})
-
-    def rows(self, index: torch.Tensor) -> Batch:
-        """The sub-batch of the given rows (same padding)."""
-        return Batch(**{name: value[index] for name, value in vars(self).items()})
-
-    @property
-    def tokens(self) -> int:
-        return int(self.attention_mask.sum())
-
-
-def _padded(rows: Sequence[Sequence[float] | None], width: int, value: float, dtype: torch.dtype) -> torch.Tensor:
-    out = torch.full((len(rows), width), value, dtype=dtype)
-    for i, row in enumerate(rows):
-        if row:
-            out[i, : len(row)] = torch.tensor(row, dtype=dtype)
-    return out
-
-
-def collate(examples: Sequence[Example], pad_id: int) -> Batch:
-    """Pad a list of examples into a Batch (pure: no model, no lake)."""
-    if not examples:
-        raise ValueError("collate: no examples")
-    prompt_width = max(len(e.prompt_ids) for e in examples)
-    width = max(max(len(e.response_ids) for e in examples), 1)
-    input_ids = torch.full((len(examples), prompt_width + width), pad_id, dtype=torch.long)
-    attention_mask = torch.zeros_like(input_ids)
-    for i, e in enumerate(examples):
-        start = prompt_width - len(e.prompt_ids)
-        ids = e.prompt_ids + e.response_ids
-        input_ids[i, start : start + len(ids)] = torch.tensor(ids, dtype=torch.long)
-        attention_mask[i, start : start + len(ids)] = 1
-    lengths = torch.tensor([len(e.response_ids) for e in examples])
-    mc_width = max(1, max(len(e.mc_positions) for e in examples))
-    return Batch(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        response_ids=_padded([e.response_ids for e in examples], width, pad_id, torch.long),
-        response_mask=torch.arange(width)[None, :] < lengths[:, None],
-        ref_logprobs=_padded([e.ref_logprobs for e in examples], width, 0.0, torch.float32),
-        ref_cached=torch.tensor([e.ref_logprobs is not None for e in examples]),
-        behavior_logprobs=_padded([e.behavior_logprobs for e in examples], width, 0.0, torch.float32),
-        has_behavior=torch.tensor([e.behavior_logprobs is not None for e in examples]),
-        policy_logprobs=_padded([e.policy_logprobs for e in examples], width, 0.0, torch.float32),
-        has_policy=torch.tensor([e.policy_logprobs is not None for e in examples]),
-        reward=torch.tensor([e.reward for e in examples], dtype=torch.float32),
-        q0=torch.tensor([e.q0 for e in examples], dtype=torch.float32),
-        mc_positions=_padded([e.mc_positions for e in examples], mc_width, 0, torch.long),
-        mc_success=_padded([e.mc_success for e in examples], mc_width, 1.0, torch.float32),
-        mc_mask=torch.arange(mc_width)[None, :] < torch.tensor([len(e.mc_positions) for e in examples])[:, None],
-        stream=torch.tensor([e.stream for e in examples], dtype=torch.long),
-        policy_version=torch.tensor([e.policy_version for e in examples], dtype=torch.long),
-    )
 
 
 def q0_or_nan(n: int | None, n_success: int | None, beta: float, prior: float = 0.0) -> float:
@@ -385,38 +276,3 @@ def fetch_problems(con, prompt_ids: Sequence[str]) -> dict[str, Problem]:
                    "QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY created_at) = 1").to_arrow_table()
     con.unregister("wanted")
     return {r["prompt_id"]: Problem.from_row(r) for r in rows.to_pylist()}
-
-
-# ---------------------------------------------------------------------------------------------- the mixer
-
-
-class Mixer:
-    """Draws every batch as fixed per-stream counts (fraction × batch size, spo_lake.rl.config.stream_counts),
-    in stream order. Lake streams give their next rows; the online source (spo_lake.rl.rollout.OnlineSource, set
-    when its worker starts) gives the rollouts scheduled for the step. Rank `rank` of `ranks` training processes
-    reads every lake stream's next `ranks` × count rows and keeps its contiguous share of them. Streams in `joined`
-    (GRPO `inject` streams) come with the online source's rollouts, joined to their groups."""
-
-    def __init__(self, lake_streams: dict[int, LakeStream], counts: list[int], online_index: int | None,
-                 rank: int = 0, ranks: int = 1, joined: Sequence[int] = ()):
-        self.lake_streams, self.counts, self.online_index = lake_streams, counts, online_index
-        self.joined = set(joined)
-        self.rank, self.ranks = rank, ranks
-        self.online_source: OnlineSource | None = None  # set when the trainer starts its rollout worker
-
-    def draw(self, step: int) -> list[Example]:
-        batch: list[Example] = []
-        for index, count in enumerate(self.counts):
-            if index == self.online_index:
-                assert self.online_source is not None, "the online stream is drawn before its worker started"
-                batch += self.online_source.take(step, count)
-            elif index not in self.joined:
-                batch += self.lake_streams[index].take(count * self.ranks)[self.rank * count : (self.rank + 1) * count]
-        return batch
-
-    def state_dict(self) -> dict[str, Any]:
-        return {str(i): s.state_dict() for i, s in self.lake_streams.items()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for i, s in self.lake_streams.items():
-            s.load_state_dict(state[str(i)])

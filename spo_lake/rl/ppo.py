@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModel
 
 from spo_lake.models.sampling import positions_from_mask
-from spo_lake.rl.data import Batch
+from spo_lake.rl.examples import Batch
 from spo_lake.rl.ppo_math import gae, kl_penalized_rewards, masked_mean, ppo_policy_loss, value_loss, whiten
 
 

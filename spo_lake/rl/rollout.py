@@ -26,8 +26,9 @@ from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import derive_seed, sampled_id
 from spo_lake.models.backend import PolicyBackend, SampleResult, TransformersPolicy
 from spo_lake.models.tokens import render_prompt, sampled_row, tokenizer_id
-from spo_lake.rl.data import Example, LakeStream, fetch_problems, q0_or_nan
+from spo_lake.rl.data import LakeStream, fetch_problems, q0_or_nan
 from spo_lake.rl.distributed import World
+from spo_lake.rl.examples import Example
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
 from spo_lake.tasks.judge import judge_many, verdict_row
 
@@ -133,7 +134,7 @@ class RolloutSettings:
     schedule: RolloutSchedule
     stream_index: int
     beta: float
-    source: str
+    algorithm: str  # recorded as the rollouts' `source` in the lake
     run_id: str
     model_id: str
     options: SandboxOptions
@@ -240,7 +241,7 @@ class RolloutWorker(threading.Thread):
                 behavior_logprobs=list(result.logprobs), policy_logprobs=policy_lps[index], policy_version=version,
                 trajectory_id=tid, group=result.prompt_index))
             out.trajectories.append(sampled_row(
-                result, trajectory_id=tid, prompt_id=pid, source=s.source, model_id=s.model_id, run_id=s.run_id,
+                result, trajectory_id=tid, prompt_id=pid, source=s.algorithm, model_id=s.model_id, run_id=s.run_id,
                 policy_version=version, temperature=temperature, top_p=s.schedule.top_p, tokenizer_id=self.tok_id,
                 metadata={"step": step, "sample_index": first + index}))
             out.evaluations.append(verdict_row(tid, get_task(problem.task).verifier_name(problem), verdict))
@@ -259,24 +260,41 @@ class RolloutWorker(threading.Thread):
 
 
 class OnlineSource:
-    """Hands the trainer each step's rollouts (in step order) and writes them back to the lake as they are used."""
+    """The online stream: hands the trainer each step's rollouts (in step order) from its worker thread, started
+    with `start` at the run's first step, and writes them back to the lake as they are used."""
 
-    def __init__(self, worker: RolloutWorker, appender: BufferedAppender | None, already_written: set[str],
+    def __init__(self, policy: TransformersPolicy, versions: PolicyVersions, settings: RolloutSettings, end: int, *,
+                 appender: BufferedAppender | None = None, already_written: set[str] | None = None,
                  on_rollouts: Callable[[Rollouts], None] | None = None, world: World | None = None,
                  write_back: bool | None = None):
-        self.worker, self.appender, self.already_written = worker, appender, already_written
+        self.policy, self.versions, self.settings, self.end = policy, versions, settings, end
+        self.stream_index = settings.stream_index
+        self.appender, self.already_written = appender, already_written or set()
         self.on_rollouts = on_rollouts
         # Under torchrun only rank 0 has an appender; every rank sends it its rollouts' rows.
         self.world = world or World()
         self.write_back = appender is not None if write_back is None else write_back
+        self.worker: RolloutWorker | None = None
+
+    def start(self, first: int, sampler: PolicyBackend | RayPolicy | None = None) -> RolloutWorker:
+        """Start generating steps first..end-1 (with `sampler`, another backend of the policy, when given)."""
+        self.worker = RolloutWorker(self.policy, self.versions, self.settings, first, self.end, sampler)
+        self.worker.start()
+        return self.worker
+
+    def stop(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
 
     def take(self, step: int, n: int) -> list[Example]:
+        worker = self.worker
+        assert worker is not None, "the online stream is drawn before its worker started"
         while True:
             try:
-                item = self.worker.out.get(timeout=1.0)
+                item = worker.out.get(timeout=1.0)
                 break
             except queue.Empty:
-                if not self.worker.is_alive():
+                if not worker.is_alive():
                     raise RuntimeError("the rollout worker stopped without producing step rollouts") from None
         if isinstance(item, BaseException):
             raise item

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from spo_lake.models.sampling import gather_token_log_probs, positions_from_mask
-from spo_lake.rl.data import Batch
+from spo_lake.rl.examples import Batch
 
 
 def response_log_probs(model: torch.nn.Module, batch: Batch) -> torch.Tensor:

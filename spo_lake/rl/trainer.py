@@ -43,11 +43,13 @@ from spo_lake.rl.config import (
     inject_per_group,
     stream_counts,
 )
-from spo_lake.rl.data import Batch, Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
+from spo_lake.rl.data import LakeStream, StreamSettings, online_prompts
 from spo_lake.rl.distributed import current_world
 from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problems
+from spo_lake.rl.examples import Batch, Example, collate
 from spo_lake.rl.grpo_math import group_advantages, grpo_loss
 from spo_lake.rl.losses import spo_loss
+from spo_lake.rl.mixer import Mixer
 from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
 from spo_lake.rl.ray_rollout import RayPolicy
 from spo_lake.rl.rollout import (
@@ -56,7 +58,6 @@ from spo_lake.rl.rollout import (
     Rollouts,
     RolloutSchedule,
     RolloutSettings,
-    RolloutWorker,
     written_trajectory_ids,
 )
 from spo_lake.rl.scoring import reference_log_probs, response_log_probs
@@ -102,8 +103,8 @@ class Trainer:
         self.lake, self.config, self.show_progress = lake, config, show_progress and self.world.main
         self.resuming = _resume_dir is not None
         if _resume_dir is None:
-            self.run_id = self.world.broadcast(config.run_name or new_run_id("train"))
-            self.run_dir = Path(config.run_dir) / self.run_id
+            self.run_id = self.world.broadcast(config.run.name or new_run_id("train"))
+            self.run_dir = Path(config.run.dir) / self.run_id
             if self.world.main and self.run_dir.exists():
                 raise InputError(f"run directory {self.run_dir} exists; continue it with --resume {self.run_dir}")
             self.checkpoint = None
@@ -111,55 +112,57 @@ class Trainer:
             self.run_dir, self.run_id = _resume_dir, _resume_dir.name
             checkpoints = rundir.checkpoint_dirs(_resume_dir)
             self.checkpoint = checkpoints[-1] if checkpoints else None
-        self.device = resolve_device(config.device)
-        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.device = resolve_device(config.run.device)
+        self.dtype = resolve_dtype(config.run.dtype, self.device)
         # The rollout worker runs torch while the trainer updates, and so does every rank on this machine: each gets
         # its share of the cores.
-        online = any(s.kind == "online" for s in config.streams)
-        self.threads = use_threads(config.threads, concurrent=(2 if online else 1) * self.world.local_size)
-        self.sandbox = SandboxOptions(config.sandbox_timeout_s, config.sandbox_memory_mb, config.sandbox_mode)
-        torch.manual_seed(config.seed)
+        online = any(s.kind == "online" for s in config.data.streams)
+        self.threads = use_threads(config.run.threads, concurrent=(2 if online else 1) * self.world.local_size)
+        r = config.rollout
+        self.sandbox = SandboxOptions(timeout_s=r.sandbox_timeout_s, memory_mb=r.sandbox_memory_mb, mode=r.sandbox_mode)
+        torch.manual_seed(config.run.seed)
         self.snapshot = self._pin_snapshot()
 
         # A resumed run loads its policy from the checkpoint: from_pretrained-loadable by construction.
         self.policy = TransformersPolicy.from_pretrained(
-            str(self.checkpoint or config.model), str(self.device), self.dtype)
-        self.policy.model_id = config.model
+            str(self.checkpoint or config.model.path), str(self.device), self.dtype)
+        self.policy.model_id = config.model.path
         self.model = self.policy.model
         self._reference: torch.nn.Module | None = None
-        self.value_model = ValueModel.from_pretrained(config.model, self.model.dtype, self.device) \
-            if config.algorithm == "ppo" else None
-        if config.gradient_checkpointing:
+        self.value_model = ValueModel.from_pretrained(config.model.path, self.model.dtype, self.device) \
+            if config.algorithm.name == "ppo" else None
+        if config.run.gradient_checkpointing:
             for module in (self.model, self.value_model.backbone if self.value_model is not None else None):
                 if module is not None:  # transformers 5 renamed gradient_checkpointing_enable
                     new = "activation_checkpointing_enable"
                     getattr(module, new if hasattr(module, new) else "gradient_checkpointing_enable")()
-        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": config.lr}]
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": config.optim.lr}]
         if self.value_model is not None:
-            groups.append({"params": list(self.value_model.parameters()), "lr": config.value_lr})
-        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
-        warmup, sft = config.warmup_steps, config.sft_steps
+            groups.append({"params": list(self.value_model.parameters()), "lr": config.ppo.value_lr})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=config.optim.weight_decay)
+        warmup, sft = config.optim.warmup_steps, config.grpo.sft_steps
         # warm-up, then constant; SFT→GRPO warms up again at the switch, as a second run from the SFT model would
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min(1.0, (s - (sft if s >= sft else 0) + 1) / warmup) if warmup else 1.0)
-        self.ppo = PPOSettings(config.beta, config.gamma, config.lam, config.clip_eps,
-                               config.value_coef)
+        p = config.ppo
+        self.ppo = PPOSettings(beta=config.algorithm.beta, gamma=p.gamma, lam=p.lam, clip_eps=p.clip_eps,
+                               value_coef=p.value_coef)
         self.step = 0
         self.versions = PolicyVersions()
         self._last_rollouts: dict[str, Any] = {}
         self._build_streams()
         if self.checkpoint is not None:
             self._load_checkpoint(self.checkpoint)
-        self.eval_problems = select_problems(lake, config.eval_where, self.snapshot, config.eval_max_prompts) \
-            if config.eval_every else []
-        self.train_eval_problems = select_problems(lake, config.eval_train_where, self.snapshot,
-                                                   config.eval_max_prompts) \
-            if config.eval_every and config.eval_train_where else []
+        self.eval_problems = select_problems(lake, config.eval.where, self.snapshot, config.eval.max_prompts) \
+            if config.eval.every else []
+        self.train_eval_problems = select_problems(lake, config.eval.train_where, self.snapshot,
+                                                   config.eval.max_prompts) \
+            if config.eval.every and config.eval.train_where else []
         wanted = [("eval_where", self.eval_problems)] + \
-            [("eval_train_where", self.train_eval_problems)] * bool(config.eval_train_where)
-        for key, chosen in wanted if config.eval_every else []:
+            [("eval_train_where", self.train_eval_problems)] * bool(config.eval.train_where)
+        for key, chosen in wanted if config.eval.every else []:
             if not chosen:  # fail before training, not at the first evaluation
-                raise InputError(f"{key} `{getattr(config, key) or 'TRUE'}` selects no prompt at snapshot "
+                raise InputError(f"{key} `{config.get(key) or 'TRUE'}` selects no prompt at snapshot "
                                  f"{self.snapshot!r} (add those prompts, or set eval_every = 0)")
 
     @classmethod
@@ -179,9 +182,9 @@ class Trainer:
 
     def _pin_snapshot(self) -> str:
         """The run reads one snapshot: the named one, or one it creates under its own id (re-used on resume)."""
-        name = self.config.snapshot or self.run_id
+        name = self.config.data.snapshot or self.run_id
         if self.world.main and name not in {s.name for s in self.lake.snapshots()}:
-            if self.config.snapshot:
+            if self.config.data.snapshot:
                 raise InputError(f"no snapshot named {name!r} (see `spolake snapshot list`)")
             self.lake.snapshot(name, note=f"pinned by training run {self.run_id}")
         self.world.barrier()  # the other ranks read the snapshot rank 0 pinned
@@ -190,69 +193,78 @@ class Trainer:
     def _build_streams(self) -> None:
         c = self.config
         counts = stream_counts(c)
-        settings = StreamSettings(c.pi0_id, c.beta, c.seed, c.max_response_tokens, c.algorithm == "spo", c.page_size,
-                                  c.q0_prior)
+        spo = c.algorithm.name == "spo"
+        settings = StreamSettings(pi0_id=c.model.pi0_id, beta=c.algorithm.beta, seed=c.run.seed,
+                                  max_response_tokens=c.data.max_response_tokens, require_q0=spo,
+                                  page_size=c.data.page_size, q0_prior=c.algorithm.q0_prior)
         self.lake_streams = {i: LakeStream(self.lake, self.snapshot, s, i, settings, self.policy)
-                             for i, s in enumerate(c.streams) if s.kind == "lake" and not s.inject}
-        joined = [i for i, s in enumerate(c.streams) if s.inject]
+                             for i, s in enumerate(c.data.streams) if s.kind == "lake" and not s.inject}
+        joined = [i for i, s in enumerate(c.data.streams) if s.inject]
         # The worker thread reads the `inject` stream: with a tokenizer of its own (a fast tokenizer used from two
         # threads at once can fail), as its rollout policy has.
-        inject = LakeStream(self.lake, self.snapshot, c.streams[joined[0]], joined[0], settings,
-                            TransformersPolicy(self.model, copy.deepcopy(self.policy.tokenizer), c.model)) \
+        inject = LakeStream(self.lake, self.snapshot, c.data.streams[joined[0]], joined[0], settings,
+                            TransformersPolicy(self.model, copy.deepcopy(self.policy.tokenizer), c.model.path)) \
             if joined else None
         # SFT→GRPO: the SFT phase's rows; stream index len(streams), logged as reward/sft
-        self.sft_mixer = Mixer({0: LakeStream(self.lake, self.snapshot, StreamConfig("sft", "lake", 1.0, c.sft_where),
-                                              len(c.streams), settings, self.policy)},
-                               [c.batch_size], None, self.world.rank, self.world.size) if c.sft_steps else None
-        online = next((i for i, s in enumerate(c.streams) if s.kind == "online"), None)
-        self.worker: RolloutWorker | None = None
+        sft = StreamConfig(name="sft", kind="lake", fraction=1.0, where=c.grpo.sft_where)
+        self.sft_mixer = Mixer([c.optim.batch_size], {0: LakeStream(
+            self.lake, self.snapshot, sft, len(c.data.streams), settings, self.policy)},
+            rank=self.world.rank, ranks=self.world.size) if c.grpo.sft_steps else None
+        online = next((i for i, s in enumerate(c.data.streams) if s.kind == "online"), None)
+        self.online: OnlineSource | None = None
         self.appender: BufferedAppender | None = None
         self.sampler: PolicyBackend | RayPolicy | None = None
         if online is not None:
-            prompts = online_prompts(self.lake, self.snapshot, c.prompts_where, c.pi0_id, c.algorithm == "spo")
+            prompts = online_prompts(self.lake, self.snapshot, c.data.prompts_where, c.model.pi0_id, require_q0=spo)
+            r = c.rollout
             schedule = RolloutSchedule(
-                c.seed, counts[online] // c.samples_per_prompt, c.samples_per_prompt, c.temperature_min,
-                c.temperature_max, c.top_p, c.max_new_tokens, c.behaviour_interval, c.rollout_lag, tuple(c.stop),
-                self.world.rank, self.world.size)
+                seed=c.run.seed, prompts_per_step=counts[online] // r.samples_per_prompt,
+                samples_per_prompt=r.samples_per_prompt, temperature_min=r.temperature_min,
+                temperature_max=r.temperature_max, top_p=r.top_p, max_new_tokens=r.max_new_tokens,
+                interval=c.behaviour_interval, lag=r.lag, stop=tuple(r.stop), shard=self.world.rank,
+                shards=self.world.size)
             self.rollout_settings = RolloutSettings(
-                self.lake, self.snapshot, prompts, schedule, online, c.beta, c.algorithm, self.run_id, c.model,
-                self.sandbox, c.judge_workers, c.q0_prior, inject, inject_per_group(c))
-            self.appender = BufferedAppender(self.lake, flush_rows=c.flush_rows) \
-                if c.write_back and self.world.main else None
+                lake=self.lake, snapshot=self.snapshot, prompts=prompts, schedule=schedule, stream_index=online,
+                beta=c.algorithm.beta, algorithm=c.algorithm.name, run_id=self.run_id, model_id=c.model.path,
+                options=self.sandbox, judge_workers=r.judge_workers, q0_prior=c.algorithm.q0_prior, inject=inject,
+                inject_per_group=inject_per_group(c))
+            self.appender = BufferedAppender(self.lake, flush_rows=c.rollout.flush_rows) \
+                if c.rollout.write_back and self.world.main else None
+            written = written_trajectory_ids(self.lake, self.run_id) if self.resuming and self.world.main else set()
+            self.online = OnlineSource(self.policy, self.versions, self.rollout_settings, c.optim.steps,
+                                       appender=self.appender, already_written=written,
+                                       on_rollouts=self._record_rollouts, world=self.world, write_back=r.write_back)
         self.online_index = online
-        self.mixer = Mixer(self.lake_streams, counts, online, self.world.rank, self.world.size, joined)
+        self.mixer = Mixer(counts, self.lake_streams, self.online, joined=joined, rank=self.world.rank,
+                           ranks=self.world.size)
 
     def _start_worker(self) -> None:
-        if self.online_index is None:
+        if self.online is None:
             return
         schedule = self.rollout_settings.schedule
         if self.step % schedule.interval == 0:  # a refresh point (also when resuming at one)
             self.versions.publish(self.step, self.model.state_dict())
-        first = max(self.step, self.config.sft_steps)  # SFT steps have no rollouts
+        first = max(self.step, self.config.grpo.sft_steps)  # SFT steps have no rollouts
         needed = schedule.version(first)
         if needed <= self.step and needed not in self.versions.state_dict():  # later versions are published later
             raise RuntimeError(f"checkpoint of step {self.step} lacks the behaviour-policy weights of version "
                                f"{needed} that its next rollouts need")
         c, dtype = self.config, str(self.dtype).removeprefix("torch.")
-        if c.executor == "ray":  # the behaviour policy samples in a Ray actor, sent every version it needs
-            self.sampler = RayPolicy(self.policy, c.rollout_backend, dtype, self.threads, c.ray_address)
-        elif c.rollout_backend == "vllm":
-            self.sampler = load_policy(c.model, backend="vllm", dtype=dtype)
-        worker = self.worker = RolloutWorker(self.policy, self.versions, self.rollout_settings, first, c.steps,
-                                             self.sampler)
-        written = written_trajectory_ids(self.lake, self.run_id) if self.resuming and self.world.main else set()
-        self.mixer.online_source = OnlineSource(worker, self.appender, written, self._record_rollouts,
-                                                self.world, self.config.write_back)
-        worker.start()
+        if c.rollout.executor == "ray":  # the behaviour policy samples in a Ray actor, sent every version it needs
+            self.sampler = RayPolicy(self.policy, c.rollout.backend, dtype, self.threads, c.rollout.ray_address)
+        elif c.rollout.backend == "vllm":
+            self.sampler = load_policy(c.model.path, backend="vllm", dtype=dtype)
+        self.online.start(first, self.sampler)
 
     @property
     def reference(self) -> torch.nn.Module:
         """π0, loaded on first use: a run whose lake rows all have cached log-probs never loads it."""
         if self._reference is None:
-            ref = TransformersPolicy.from_pretrained(self.config.reference_path, str(self.device), self.dtype)
+            model = self.config.model
+            ref = TransformersPolicy.from_pretrained(model.reference_path, str(self.device), self.dtype)
             if tokenizer_id(ref) != tokenizer_id(self.policy):  # token ids would mean different tokens to π0
-                raise InputError(f"reference {self.config.reference_path!r} has another tokenizer than the policy "
-                                 f"{self.config.model!r}; SPO needs both to score the same token ids")
+                raise InputError(f"reference {model.reference_path!r} has another tokenizer than the policy "
+                                 f"{model.path!r}; SPO needs both to score the same token ids")
             self._reference = ref.model.eval().requires_grad_(False)
         return self._reference
 
@@ -261,16 +273,16 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         """Draw one mixed batch, update on it, refresh the behaviour policy when due."""
         started = time.perf_counter()
-        sft = self.step < self.config.sft_steps
-        if self.sft_mixer is not None and self.step == self.config.sft_steps:
+        sft = self.step < self.config.grpo.sft_steps
+        if self.sft_mixer is not None and self.step == self.config.grpo.sft_steps:
             self.optimizer.state.clear()  # GRPO starts with fresh Adam moments, as a second run from the SFT model
         # lake streams + this step's online rollouts, or the SFT phase's lake rows
         examples = self.sft_mixer.draw(self.step) if sft and self.sft_mixer is not None else self.mixer.draw(self.step)
         drawn = time.perf_counter()
-        metrics = {**self.update(examples, sft=sft), "phase": "sft" if sft else self.config.algorithm}
+        metrics = {**self.update(examples, sft=sft), "phase": "sft" if sft else self.config.algorithm.name}
         self.step += 1
         if self.online_index is not None:
-            if self.step % self.config.behaviour_interval == 0 and self.step < self.config.steps:
+            if self.step % self.config.behaviour_interval == 0 and self.step < self.config.optim.steps:
                 self.versions.publish(self.step, self.model.state_dict())
             # Rollouts of the steps still to train (even ones already generated) need nothing older.
             self.versions.release_before(self.rollout_settings.schedule.version(self.step))
@@ -287,13 +299,13 @@ class Trainer:
         if self.value_model is not None:
             self.value_model.eval()
         self.optimizer.zero_grad(set_to_none=True)
-        micro_size = c.batch_size // c.grad_accum
+        micro_size = c.optim.batch_size // c.optim.grad_accum
         tokens, total_loss = 0, 0.0
         # Token-mean losses (SFT, GRPO's dapo) divide by the whole batch's tokens: micro-batches add up to the batch
         batch_tokens = sum(len(e.response_ids) for e in examples)
         advantages = group_advantages(torch.tensor([e.reward for e in examples]),
-                                      torch.tensor([e.group for e in examples]), c.scale_rewards) \
-            if c.algorithm == "grpo" and not sft else None
+                                      torch.tensor([e.group for e in examples]), c.grpo.scale_rewards) \
+            if c.algorithm.name == "grpo" and not sft else None
         if advantages is not None and self.mixer.joined:  # lake rows that joined the online groups
             stats.add("injected", sum(e.stream in self.mixer.joined for e in examples))
         for start in range(0, len(examples), micro_size):
@@ -306,13 +318,13 @@ class Trainer:
             elif advantages is not None:
                 loss = self._grpo_loss(policy_lp, batch, advantages[start : start + micro_size].to(self.device),
                                        batch_tokens, len(examples), stats)
-            elif c.algorithm == "spo":
+            elif c.algorithm.name == "spo":
                 loss = self._spo_loss(policy_lp, self._reference_lp(batch), batch, stats)
             else:
                 assert self.value_model is not None  # built for PPO
                 loss, ppo_stats = ppo_loss(policy_lp, self._reference_lp(batch), self.value_model(batch), batch,
                                            self.ppo)
-                loss = loss / c.grad_accum
+                loss = loss / c.optim.grad_accum
                 for key, value in ppo_stats.items():
                     stats.add(key, value)
             loss.backward()
@@ -323,7 +335,7 @@ class Trainer:
         self.world.average_gradients(parameters)
         if self.world.size > 1:  # the step's loss and diagnostics are the whole batch's, over every rank
             total_loss, tokens, stats = self._across_ranks(total_loss, tokens, stats)
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, c.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, c.optim.max_grad_norm)
         finite = bool(torch.isfinite(grad_norm))
         if finite:  # a non-finite gradient would turn every weight into NaN: skip the update, keep the schedule
             self.optimizer.step()
@@ -342,7 +354,7 @@ class Trainer:
     def _reference_lp(self, batch: Batch) -> torch.Tensor:
         """log π0 of the batch's responses: cached in the lake, else scored by the live reference model."""
         live = None if bool(batch.ref_cached.all()) else self.reference
-        return reference_log_probs(live, batch, self.config.score_batch_size)
+        return reference_log_probs(live, batch, self.config.run.score_batch_size)
 
     def _grpo_loss(self, policy_lp: torch.Tensor, batch: Batch, advantages: torch.Tensor, batch_tokens: int,
                    batch_sequences: int, stats: Stats) -> torch.Tensor:
@@ -351,13 +363,14 @@ class Trainer:
         if not bool(batch.has_policy.all()):
             raise ValueError("GRPO needs the sampling policy's log-probs on every sequence (online groups only)")
         out = grpo_loss(policy_lp, batch.policy_logprobs, advantages, batch.response_mask,
-                        ref_logprobs=self._reference_lp(batch) if c.grpo_kl_coef else None, clip_eps=c.clip_eps,
-                        kl_coef=c.grpo_kl_coef, loss_type=c.loss_type, max_completion_length=c.max_new_tokens,
+                        ref_logprobs=self._reference_lp(batch) if c.grpo.kl_coef else None,
+                        clip_eps=c.ppo.clip_eps, kl_coef=c.grpo.kl_coef, loss_type=c.grpo.loss_type,
+                        max_completion_length=c.rollout.max_new_tokens,
                         total_tokens=batch_tokens, total_sequences=batch_sequences)
         valid = int(batch.response_mask.sum())
         stats.add("clip_fraction", out.clip_fraction.item() * valid, valid)
         stats.add("importance_weight", out.importance_weight.item() * valid, valid)
-        if c.grpo_kl_coef:
+        if c.grpo.kl_coef:
             stats.add("kl", out.kl.item() * valid, valid)
         stats.add("advantage_abs", advantages.abs().sum().item(), len(advantages))
         return out.loss
@@ -367,15 +380,15 @@ class Trainer:
         micro-batches add up to the mean over the batch)."""
         total = policy_lp.new_zeros(())
         for index in batch.stream.unique().tolist():
-            stream = self.config.streams[index]
+            stream = self.config.data.streams[index]
             rows = (batch.stream == index).nonzero().squeeze(-1)
             objective, loss_name = self.config.stream_objective(stream)
             mc = {"mc_positions": batch.mc_positions[rows], "mc_success": batch.mc_success[rows],
                   "mc_mask": batch.mc_mask[rows]} if stream.mc else {}
             out = spo_loss(policy_lp[rows], ref_lp[rows], batch.response_mask[rows], batch.reward[rows],
-                           batch.q0[rows], self.config.beta, objective=objective, loss=loss_name, **mc,
-                           eps=self.config.ce_eps, advantage_scale=self.config.advantage_scale)
-            total = total + out.per_sequence.sum() / self.config.batch_size
+                           batch.q0[rows], self.config.algorithm.beta, objective=objective, loss=loss_name, **mc,
+                           eps=self.config.algorithm.ce_eps, advantage_scale=self.config.algorithm.advantage_scale)
+            total = total + out.per_sequence.sum() / self.config.optim.batch_size
             n = len(rows)
             stats.add(f"loss/{stream.name}", out.per_sequence.sum().item(), n)
             stats.add("q_terminal", out.q_terminal_mean.item() * n, n)
@@ -386,7 +399,7 @@ class Trainer:
         return total
 
     def _batch_stats(self, batch: Batch, stats: Stats) -> None:
-        names = [s.name for s in self.config.streams] + ["sft"]  # the SFT phase's rows: index len(streams)
+        names = [s.name for s in self.config.data.streams] + ["sft"]  # the SFT phase's rows: index len(streams)
         for index in batch.stream.unique().tolist():
             rows = batch.stream == index
             stats.add(f"reward/{names[index]}", batch.reward[rows].sum().item(), int(rows.sum()))
@@ -402,19 +415,22 @@ class Trainer:
         """pass@k on the held-out prompts (and on training prompts under `train/` when eval_train_where is set);
         the per-prompt counts behind them go to evals/step-N.json (paired comparisons between runs need them)."""
         c = self.config
-        settings = EvalSettings(c.eval_n, c.eval_temperature, c.eval_top_p, tuple(c.eval_k), c.max_new_tokens, c.seed)
+        e = c.eval
+        settings = EvalSettings(n=e.n, temperature=e.temperature, top_p=e.top_p, ks=tuple(e.k),
+                                max_new_tokens=c.rollout.max_new_tokens, seed=c.run.seed)
         self.model.eval()
-        held_out = evaluate_policy(self.policy, self.eval_problems, settings, self.sandbox, c.judge_workers)
+        held_out = evaluate_policy(self.policy, self.eval_problems, settings, self.sandbox, c.rollout.judge_workers)
         out, per_prompt = held_out.metrics(), {"held_out": held_out.per_problem}
         if self.train_eval_problems:
-            train = evaluate_policy(self.policy, self.train_eval_problems, settings, self.sandbox, c.judge_workers)
+            train = evaluate_policy(self.policy, self.train_eval_problems, settings, self.sandbox,
+                                    c.rollout.judge_workers)
             out.update({f"train/{k}": v for k, v in train.metrics().items()})
             per_prompt["train"] = train.per_problem
         rundir.write_json_atomic(self.run_dir / "evals" / f"step-{self.step}.json", per_prompt)
         return out
 
     def train(self) -> dict[str, Any]:
-        """Run to config.steps; returns the last step's metrics (plus the last evaluation). Under torchrun only rank 0
+        """Run to optim.steps; returns the last step's metrics (plus the last evaluation). Under torchrun only rank 0
         writes (manifest, metrics, evaluations, checkpoints, lake rows): `main` guards each of those."""
         c, main = self.config, self.world.main
         snap = self.lake.get_snapshot(self.snapshot)
@@ -431,28 +447,28 @@ class Trainer:
         ending = open_ending(lambda status: self._runs_row(status, info, last)) if main else nullcontext(None)
         with ending as end:
             try:
-                if c.eval_every and self.step == 0 and metrics_log is not None:  # π0: every curve's first point
+                if c.eval.every and self.step == 0 and metrics_log is not None:  # π0: every curve's first point
                     metrics_log.log({"step": 0, **self.evaluate()})
                 self._start_worker()
                 with progress_bar("loss", "reward", "tok_s", disable=not self.show_progress) as bar:
-                    task = bar.add_task(f"{c.algorithm} {self.run_id}", total=c.steps, completed=self.step,
+                    task = bar.add_task(f"{c.algorithm.name} {self.run_id}", total=c.optim.steps, completed=self.step,
                                         loss="-", reward="-", tok_s="-")
-                    while self.step < c.steps:
+                    while self.step < c.optim.steps:
                         record = {**self.train_step(), **self._last_rollouts,
                                   "lake_rows_skipped": sum(s.skipped for s in self.lake_streams.values()),
                                   "ref_cache_mismatch": sum(s.ref_recomputed for s in self.lake_streams.values())}
-                        if c.eval_every and self.step % c.eval_every == 0 and main:
+                        if c.eval.every and self.step % c.eval.every == 0 and main:
                             record.update(self.evaluate())
                         if metrics_log is not None:
                             metrics_log.log(record)
                         last.update(record)
-                        reward = record.get(f"reward/{c.streams[self.online_index].name}") \
+                        reward = record.get(f"reward/{c.data.streams[self.online_index].name}") \
                             if self.online_index is not None else None
                         bar.update(task, completed=self.step, loss=f"{record['loss']:.4f}",
                                    reward="-" if reward is None else f"{reward:.3f}",
                                    tok_s=f"{record['tokens_per_s']:.0f}")
-                        every = c.checkpoint_every and self.step % c.checkpoint_every == 0
-                        if (every or self.step == c.steps) and main:
+                        every = c.run.checkpoint_every and self.step % c.run.checkpoint_every == 0
+                        if (every or self.step == c.optim.steps) and main:
                             self.save_checkpoint()
             except BaseException as exc:
                 if end is not None:
@@ -474,16 +490,15 @@ class Trainer:
             manifest={k: v for k, v in info.items() if k != "config"})])
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
+        if self.online is not None:
+            self.online.stop()
         if isinstance(self.sampler, RayPolicy):
             self.sampler.close()
         if self.appender is not None:
             self.appender.flush()
-        for stream in self.lake_streams.values():
-            stream.close()
-        for stream in (self.sft_mixer.lake_streams.values() if self.sft_mixer is not None else ()):
-            stream.close()
+        self.mixer.close()
+        if self.sft_mixer is not None:
+            self.sft_mixer.close()
         if self.online_index is not None and self.rollout_settings.inject is not None:
             self.rollout_settings.inject.close()
 
@@ -504,7 +519,7 @@ class Trainer:
             needed = self.rollout_settings.schedule.version(self.step)
             tensors["behaviour"] = {v: w for v, w in self.versions.state_dict().items() if needed <= v < self.step}
         return rundir.save_checkpoint(self.run_dir, self.step, self.model, self.policy.tokenizer, state, tensors,
-                                      self.config.keep_checkpoints)
+                                      self.config.run.keep_checkpoints)
 
     def _load_checkpoint(self, checkpoint: Path) -> None:
         state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)

@@ -80,5 +80,5 @@ def test_eval_prints_pass_at_k_and_records_the_run(invoke, prepared_lake, fast_m
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
 def test_example_configs_load_and_keep_every_key_known(path):
     config = load_config(path)
-    assert isinstance(config, TrainConfig) and config.model
-    assert sum(s.fraction for s in config.streams) == pytest.approx(1.0)
+    assert isinstance(config, TrainConfig) and config.model.path
+    assert sum(s.fraction for s in config.data.streams) == pytest.approx(1.0)

@@ -19,11 +19,11 @@ def test_every_method_gets_the_same_online_budget_and_the_paper_eval_settings(tm
             path = tmp_path / "c.toml"
             path.write_text(_toml(run_config(name, method, tmp_path, scale, seed=3)))
             config = load_config(path)
-            counts = dict(zip((s.name for s in config.streams), stream_counts(config)))
+            counts = dict(zip((s.name for s in config.data.streams), stream_counts(config)))
             per_step.add(counts["online"])
-            assert config.seed == 3 and config.snapshot == "demo-3" and config.eval_n == 20
-            assert config.eval_k == [1, 10] and config.eval_temperature == 0.4 and config.eval_top_p == 0.95
-            assert "countdown/1003/" in config.eval_where and "countdown/3/" in config.eval_train_where
+            assert config.run.seed == 3 and config.data.snapshot == "demo-3" and config.eval.n == 20
+            assert config.eval.k == [1, 10] and config.eval.temperature == 0.4 and config.eval.top_p == 0.95
+            assert "countdown/1003/" in config.eval.where and "countdown/3/" in config.eval.train_where
         assert per_step == {scale.online_per_step}
 
 

@@ -8,6 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
 from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.sampling import sampling_log_probs
 from spo_lake.tasks.countdown import make_problems
 
 MAX_NEW = 24
@@ -125,6 +126,32 @@ def test_greedy_ignores_the_seed_and_takes_the_argmax(policy, prompts):
     for r in a:
         logits = full_next_token_logits(policy, policy.encode_prompt(prompts[r.prompt_index]), r.token_ids)
         assert logits.argmax(-1).tolist() == r.token_ids and r.logprobs == [0.0] * len(r.token_ids)
+
+
+def test_prompts_at_different_temperatures_share_a_batch_and_each_reports_its_own_distribution(policy, prompts):
+    temperatures = [0.3, 1.0, 0.0, 0.7, 1.6, 0.3]  # 0: greedy, in the same batch as the others
+    results = policy.sample(prompts, n=2, temperature=temperatures, top_p=0.9, max_new_tokens=MAX_NEW, seed=5)
+    assert [r.prompt_index for r in results] == [i for i in range(len(prompts)) for _ in range(2)]
+    for r in results:
+        t = temperatures[r.prompt_index]
+        logits = full_next_token_logits(policy, policy.encode_prompt(prompts[r.prompt_index]), r.token_ids)
+        expected = sampling_log_probs(logits, t, 0.9).gather(-1, torch.tensor(r.token_ids).unsqueeze(-1))
+        assert r.logprobs == pytest.approx(expected.squeeze(-1).tolist(), abs=1e-4)
+        if t == 0:
+            assert logits.argmax(-1).tolist() == r.token_ids
+    # one temperature given as a list is the same draw as that temperature given once
+    same = policy.sample(prompts, n=2, temperature=[0.7] * len(prompts), max_new_tokens=MAX_NEW, seed=5)
+    assert same == policy.sample(prompts, n=2, temperature=0.7, max_new_tokens=MAX_NEW, seed=5)
+    with pytest.raises(ValueError, match="2 temperatures for 6 prompts"):
+        policy.sample(prompts, temperature=[0.5, 0.5])
+
+
+def test_a_column_of_temperatures_scales_each_row_as_its_own_temperature_would():
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    column = torch.tensor([[0.5], [1.0], [0.0], [2.0]])
+    mixed = sampling_log_probs(logits, column, 0.8)
+    for row, t in enumerate(column.squeeze(-1).tolist()):
+        assert torch.allclose(mixed[row], sampling_log_probs(logits[row:row + 1], t, 0.8)[0], atol=1e-6)
 
 
 def test_continuations_of_token_ids_continue_exactly_the_given_prefix(policy, prompts):

@@ -110,9 +110,10 @@ def test_one_pivotal_token_search_writes_rollouts_from_prefixes_of_the_searched_
 
 
 def _train(lake: Lake, model: Path, run_dir: Path, algorithm: str, streams: list[StreamConfig]) -> Path:
-    config = TrainConfig(model=str(model), algorithm=algorithm, steps=2, batch_size=2, max_new_tokens=TOKENS,
-                         streams=streams, run_dir=str(run_dir), run_name=algorithm, warmup_steps=0, lr=1e-6,
-                         judge_workers=1, threads=2, model_update_interval=1, eval_every=0)
+    config = TrainConfig.from_keys(model=str(model), algorithm=algorithm, steps=2, batch_size=2,
+                                   max_new_tokens=TOKENS, streams=streams, run_dir=str(run_dir), run_name=algorithm,
+                                   warmup_steps=0, lr=1e-6, judge_workers=1, threads=2, model_update_interval=1,
+                                   eval_every=0)
     trainer = Trainer(config, lake, show_progress=False)
     try:
         summary = trainer.train()

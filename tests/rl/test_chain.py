@@ -119,7 +119,7 @@ def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(t
     for r in manifest["runs"]:
         assert r["snapshot_versions"] == lake.get_snapshot(r["snapshot"]).versions
         resolved = load_config(r["config"])  # re-trains the run exactly: same snapshot, same everything
-        assert (resolved.snapshot, resolved.run_name, resolved.model, resolved.seed) == \
+        assert (resolved.data.snapshot, resolved.run.name, resolved.model.path, resolved.run.seed) == \
             (r["snapshot"], r["run_id"], str(fast_model_dir), r["run"] - 1)
         assert Path(r["checkpoint"]).name == "step-0000006"
     assert [m["step"] for m in read_metrics(root / "runs" / "c-run-2")] == list(range(1, 7))
@@ -144,16 +144,17 @@ def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(t
     online = [(r["stream"], r["source"], r["sequences"]) for r in table if r["kind"] == "online"]
     assert online == [("online", "spo", 24)]
     config = load_config(manifest["runs"][1]["config"])
-    settings = StreamSettings(config.pi0_id, config.beta, config.seed, config.max_response_tokens, True,
-                              config.page_size, config.q0_prior)
+    settings = StreamSettings(pi0_id=config.model.pi0_id, beta=config.algorithm.beta, seed=config.run.seed,
+                              max_response_tokens=config.data.max_response_tokens, page_size=config.data.page_size,
+                              q0_prior=config.algorithm.q0_prior)
     policy = TransformersPolicy.from_pretrained(str(fast_model_dir))
-    stream = LakeStream(lake, "c-run-2", config.streams[1], 1, settings, policy)
+    stream = LakeStream(lake, "c-run-2", config.data.streams[1], 1, settings, policy)
     drawn = [e.trajectory_id for e in stream.take(6 * 4)]
     sources = lake.sql("SELECT trajectory_id, source FROM trajectories").to_pylist()
     expected = Counter({r["trajectory_id"]: r["source"] for r in sources}[t] for t in drawn)
     assert {r["source"]: r["sequences"] for r in table if r["kind"] == "lake"} == expected
     # run 2's selection is run 1's: exactly run 1's 24 rollouts more (nothing else was written between the two)
-    before = LakeStream(lake, "c-run-1", config.streams[1], 1, settings, policy)
+    before = LakeStream(lake, "c-run-1", config.data.streams[1], 1, settings, policy)
     assert stream.size - before.size == 6 * 4
     csv = subprocess.run([sys.executable, "-m", "spo_lake.cli.app", "--lake", lake.root, "report", "batch",
                           str(root / "runs" / "c-run-2"), "--format", "csv"], capture_output=True, text=True)

@@ -10,7 +10,9 @@ from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.pipelines.dedup import dedup
 from spo_lake.rl.config import StreamConfig, TrainConfig, stream_counts, validate
-from spo_lake.rl.data import Example, LakeStream, Mixer, StreamSettings, collate, online_prompts
+from spo_lake.rl.data import LakeStream, StreamSettings, online_prompts
+from spo_lake.rl.examples import Example, collate
+from spo_lake.rl.mixer import Mixer
 from spo_lake.scores import q0_from_counts
 from tests.helpers import add_responses
 
@@ -42,23 +44,23 @@ def test_collate_left_pads_prompts_so_every_response_starts_at_the_same_column()
 ])
 def test_stream_counts_split_each_batch_by_fraction(fractions, batch_size, expected):
     streams = [StreamConfig(f"s{i}", "online" if i == 0 else "lake", f) for i, f in enumerate(fractions)]
-    counts = stream_counts(TrainConfig(model="m", batch_size=batch_size, streams=streams))
+    counts = stream_counts(TrainConfig.from_keys(model="m", batch_size=batch_size, streams=streams))
     assert counts == expected and sum(counts) == batch_size
 
 
 def test_config_validation_names_the_bad_key():
     with pytest.raises(ValueError, match="fractions must sum to 1"):
-        validate(TrainConfig(model="m", streams=[StreamConfig("a", "online", 0.5)]))
+        validate(TrainConfig.from_keys(model="m", streams=[StreamConfig("a", "online", 0.5)]))
     with pytest.raises(ValueError, match="PPO trains on online rollouts only"):
-        validate(TrainConfig(model="m", algorithm="ppo", streams=[StreamConfig("a", "lake", 1.0)]))
+        validate(TrainConfig.from_keys(model="m", algorithm="ppo", streams=[StreamConfig("a", "lake", 1.0)]))
     with pytest.raises(ValueError, match="'advantage' needs loss 'ce'"):
-        validate(TrainConfig(model="m", objective="advantage", loss="squared"))
+        validate(TrainConfig.from_keys(model="m", objective="advantage", loss="squared"))
 
 
 def test_grpo_config_validation():
     online, expert = StreamConfig("online", "online", 0.5), StreamConfig("expert", "lake", 0.5, "passed", inject=True)
     grpo = dict(model="m", algorithm="grpo", batch_size=16, samples_per_prompt=4)
-    assert validate(TrainConfig(**grpo, streams=[online, expert])).behaviour_interval == 1
+    assert validate(TrainConfig.from_keys(**grpo, streams=[online, expert])).behaviour_interval == 1
     for bad, message in [
         (dict(streams=[online, StreamConfig("lake", "lake", 0.5)]), "GRPO trains on online groups"),
         (dict(samples_per_prompt=1), "group needs >= 2"),
@@ -70,12 +72,13 @@ def test_grpo_config_validation():
         (dict(loss_type="bnpo"), "loss_type"), (dict(scale_rewards="rank"), "scale_rewards"),
     ]:
         with pytest.raises(ValueError, match=message):
-            validate(TrainConfig(**{**grpo, **bad}))
+            validate(TrainConfig.from_keys(**{**grpo, **bad}))
     for key, value in [("sft_steps", 2), ("grpo_kl_coef", 0.1)]:  # GRPO's keys do nothing elsewhere: refused
         with pytest.raises(ValueError, match=f"{key} .*grpo"):
-            validate(TrainConfig(model="m", **{key: value}, sft_where="passed" if key == "sft_steps" else ""))
+            sft_where = "passed" if key == "sft_steps" else ""
+            validate(TrainConfig.from_keys(model="m", **{key: value}, sft_where=sft_where))
     with pytest.raises(ValueError, match="`inject` streams are for"):
-        validate(TrainConfig(model="m", streams=[online, expert]))
+        validate(TrainConfig.from_keys(model="m", streams=[online, expert]))
 
 
 # ---------------------------------------------------------------------------------------------- lake streams
@@ -202,8 +205,8 @@ def test_the_mixer_draws_fixed_shares_of_each_stream_and_repeats_for_the_same_se
         settings = StreamSettings(policy.model_id, BETA, seed, max_response_tokens=64, page_size=3)
         early = StreamConfig("early", "lake", 0.75, where="prompt_id < 'countdown/3/2'")
         late = StreamConfig("late", "lake", 0.25, where="prompt_id >= 'countdown/3/2'")
-        return Mixer({0: LakeStream(lake, "pinned", early, 0, settings, policy),
-                      1: LakeStream(lake, "pinned", late, 1, settings, policy)}, [3, 1], online_index=None)
+        return Mixer([3, 1], {0: LakeStream(lake, "pinned", early, 0, settings, policy),
+                              1: LakeStream(lake, "pinned", late, 1, settings, policy)})
 
     first, second, other = mixer(0), mixer(0), mixer(1)
     batches = [first.draw(step) for step in range(6)]

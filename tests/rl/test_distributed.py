@@ -122,8 +122,10 @@ def test_each_rank_rolls_out_its_own_share_of_the_step_prompts_and_rank_0_writes
     config = load_config(None, lines)
     prompts = lake.sql("SELECT prompt_id FROM prompts ORDER BY prompt_id").column("prompt_id").to_pylist()
     # 2 online sequences per rank and step, one sample per prompt: the whole step's plan is 4 prompts
-    plan = RolloutSchedule(config.seed, 4, 1, config.temperature_min, config.temperature_max, config.top_p,
-                           MAX_NEW_TOKENS, 1, config.rollout_lag)
+    r = config.rollout
+    plan = RolloutSchedule(seed=config.run.seed, prompts_per_step=4, samples_per_prompt=1,
+                           temperature_min=r.temperature_min, temperature_max=r.temperature_max, top_p=r.top_p,
+                           max_new_tokens=MAX_NEW_TOKENS, interval=1, lag=r.lag)
     assert len(rows) == 3 * 4
     for step in range(3):
         at_step = sorted((json.loads(r["metadata"])["sample_index"], r["prompt_id"], r["policy_version"])

@@ -7,7 +7,7 @@ import torch
 import trl
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from spo_lake.rl.data import Example, collate
+from spo_lake.rl.examples import Example, collate
 from spo_lake.rl.grpo_math import STD_EPS, group_advantages, grpo_loss
 from spo_lake.rl.scoring import response_log_probs
 

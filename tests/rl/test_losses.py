@@ -234,7 +234,7 @@ def test_the_trainers_default_clip_keeps_one_wrong_sequence_from_outweighing_a_b
     million correct ones (gradient norms ~1e6 in 2–16 of 40 steps); the default bounds it near 20."""
     from spo_lake.rl.config import TrainConfig
 
-    eps = TrainConfig().ce_eps
+    eps = TrainConfig().algorithm.ce_eps
 
     def per_token_gradient(reward: float, q0: float, eps: float) -> float:
         policy = torch.zeros(1, 4, dtype=torch.float64, requires_grad=True)

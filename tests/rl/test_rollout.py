@@ -14,7 +14,6 @@ from spo_lake.rl.rollout import (
     PolicyVersions,
     RolloutSchedule,
     RolloutSettings,
-    RolloutWorker,
     behaviour_version,
     written_trajectory_ids,
 )
@@ -62,11 +61,12 @@ def lake(tmp_path_factory, policy) -> Lake:
     return lake
 
 
-def make_worker(lake, policy, versions, end, **kw) -> RolloutWorker:
+def make_source(lake, policy, versions, end, appender=None, already_written=None, **kw) -> OnlineSource:
     prompts = online_prompts(lake, "s", "", policy.model_id, require_q0=True)
-    settings = RolloutSettings(lake, "s", prompts, schedule(**kw), stream_index=0, beta=0.25, source="spo",
-                               run_id="run-x", model_id=policy.model_id, options=SandboxOptions(), judge_workers=1)
-    return RolloutWorker(policy, versions, settings, start=0, end=end)
+    settings = RolloutSettings(lake=lake, snapshot="s", prompts=prompts, schedule=schedule(**kw), stream_index=0,
+                               beta=0.25, algorithm="spo", run_id="run-x", model_id=policy.model_id,
+                               options=SandboxOptions(), judge_workers=1)
+    return OnlineSource(policy, versions, settings, end, appender=appender, already_written=already_written)
 
 
 def perturbed(policy, scale: float) -> dict[str, torch.Tensor]:
@@ -78,15 +78,14 @@ def perturbed(policy, scale: float) -> dict[str, torch.Tensor]:
 def test_the_worker_samples_each_step_with_its_scheduled_policy_version_and_writes_back(lake, policy):
     versions = PolicyVersions()
     versions.publish(0, policy.model.state_dict())
-    worker = make_worker(lake, policy, versions, end=3, interval=1, lag=0)
     appender = BufferedAppender(lake, flush_rows=10_000)
-    source = OnlineSource(worker, appender, already_written=set())
-    worker.start()
+    source = make_source(lake, policy, versions, end=3, appender=appender, interval=1, lag=0)
+    source.start(0)
     steps = []
     for step in range(3):
         steps.append(source.take(step, 4))
         versions.publish(step + 1, perturbed(policy, 0.05 * (step + 1)))  # what the trainer does after a step
-    worker.stop()
+    source.stop()
     appender.flush()
 
     for step, examples in enumerate(steps):
@@ -108,12 +107,12 @@ def test_the_worker_samples_each_step_with_its_scheduled_policy_version_and_writ
     again_versions = PolicyVersions()
     for v in range(3):
         again_versions.publish(v, policy.model.state_dict() if v == 0 else perturbed(policy, 0.05 * v))
-    again = make_worker(lake, policy, again_versions, end=3, interval=1, lag=0)
     again_appender = BufferedAppender(lake)
-    again_source = OnlineSource(again, again_appender, already_written=written_trajectory_ids(lake, "run-x"))
-    again.start()
+    again_source = make_source(lake, policy, again_versions, end=3, appender=again_appender,
+                               already_written=written_trajectory_ids(lake, "run-x"), interval=1, lag=0)
+    again_source.start(0)
     repeated = [again_source.take(step, 4) for step in range(3)]
-    again.stop()
+    again_source.stop()
     again_appender.flush()
     assert [[(e.trajectory_id, e.response_ids) for e in s] for s in repeated] == \
         [[(e.trajectory_id, e.response_ids) for e in s] for s in steps]
@@ -123,11 +122,10 @@ def test_the_worker_samples_each_step_with_its_scheduled_policy_version_and_writ
     plain = PolicyVersions()
     for v in range(3):
         plain.publish(v, policy.model.state_dict())
-    unperturbed = make_worker(lake, policy, plain, end=3, interval=1, lag=0)
-    unperturbed_source = OnlineSource(unperturbed, None, set())
-    unperturbed.start()
+    unperturbed_source = make_source(lake, policy, plain, end=3, interval=1, lag=0)
+    unperturbed_source.start(0)
     other = [unperturbed_source.take(step, 4) for step in range(3)]
-    unperturbed.stop()
+    unperturbed_source.stop()
     logprobs = lambda examples: [e.behavior_logprobs for e in examples]  # noqa: E731
     assert logprobs(other[0]) == logprobs(steps[0])
     assert logprobs(other[1]) != logprobs(steps[1]) and logprobs(other[2]) != logprobs(steps[2])
@@ -136,11 +134,10 @@ def test_the_worker_samples_each_step_with_its_scheduled_policy_version_and_writ
 def test_the_worker_waits_for_an_unpublished_version_and_stops_on_request(lake, policy):
     versions = PolicyVersions()
     versions.publish(0, policy.model.state_dict())
-    worker = make_worker(lake, policy, versions, end=5, interval=2, lag=0)
-    source = OnlineSource(worker, None, set())
-    worker.start()
+    source = make_source(lake, policy, versions, end=5, interval=2, lag=0)
+    worker = source.start(0)
     assert [e.policy_version for e in source.take(0, 4) + source.take(1, 4)] == [0] * 8
     time.sleep(1.0)
     assert worker.out.empty()  # step 2 needs version 2, not published yet
-    worker.stop()
+    source.stop()
     assert not worker.is_alive()

@@ -16,8 +16,9 @@ from spo_lake.models.threads import default_threads
 from spo_lake.pipelines.q0 import q0
 from spo_lake.pipelines.refprobs import refprobs
 from spo_lake.rl.config import StreamConfig, load_config
-from spo_lake.rl.data import LakeStream, StreamSettings, collate
+from spo_lake.rl.data import LakeStream, StreamSettings
 from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problems
+from spo_lake.rl.examples import collate
 from spo_lake.rl.losses import spo_loss
 from spo_lake.rl.rollout import behaviour_version
 from spo_lake.rl.run import checkpoint_dirs, read_metrics
