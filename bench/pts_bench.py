@@ -24,7 +24,7 @@ from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.tokens import render_prompt, tokenizer_id, trajectory_token_ids
-from spo_lake.pipelines.evaluate import evaluate
+from spo_lake.pipelines.judge import judge
 from spo_lake.pipelines.pts import TOLERANCE, rollouts, search
 from spo_lake.pipelines.q0 import latest_prompt_values, q0
 from spo_lake.pipelines.sample import select_prompts
@@ -117,7 +117,7 @@ def main() -> None:
         ingest_dataset(lake, "countdown", None, n=args.prompts, seed=7)
         report = q0(lake, model, k=args.q0_k, max_new_tokens=args.max_new_tokens, show_progress=False)
         print(f"q0: {report.summary()}")
-        evaluate(lake, where="t.source = 'human'", show_progress=False)
+        judge(lake, where="t.source = 'human'", show_progress=False)
         pts_versus_exhaustive(lake, model, args.trajectories, args.k, args.threshold, args.max_new_tokens,
                               tuple(args.s0_range))
         prompts = [render_prompt(p) for p in select_prompts(lake, None)]

@@ -34,7 +34,7 @@ from typing import Any
 from spo_lake.errors import InputError
 from spo_lake.ingest import TRAJECTORY_FIELDS, ingest_trajectories, read_input
 from spo_lake.ingest.ids import response_digests, trajectory_ids
-from spo_lake.ingest.records import SOURCES, Batch
+from spo_lake.ingest.records import SOURCES, CheckedRows
 from spo_lake.ingest.shapes import RewardMap
 from spo_lake.lake import Lake
 from spo_lake.rewards import completion_text
@@ -136,7 +136,8 @@ class LakeRecorder:
         if judged:  # the verdicts name their trajectories: give the batch the ids ingest would derive
             t = batch.table
             ids = trajectory_ids(t, response_digests(t.column("response"))[1])
-            batch = Batch(t.set_column(t.schema.get_field_index("trajectory_id"), "trajectory_id", ids), batch.where)
+            batch = CheckedRows(t.set_column(t.schema.get_field_index("trajectory_id"), "trajectory_id", ids),
+                                batch.where)
             # verdicts first: a crash before the trajectories commit leaves only facts nothing references yet
             self.lake.added("evaluations", [verdict_row(ids[i].as_py(), name, v) for i, (name, v) in judged])
         report = ingest_trajectories(self.lake, batch, task=self.task)

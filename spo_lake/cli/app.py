@@ -51,7 +51,7 @@ def root(lake: str = typer.Option(DEFAULT_LAKE, "--lake", envvar="SPOLAKE_LAKE",
 lake_cmds.register(app)
 ingest_cmds.register(app)
 export_cmds.register(app)
-report_cmds.register(app)  # before pipeline_cmds mounts the report group
+report_cmds.register(app)
 pipeline_cmds.register(app)
 model_cmds.register(app)
 train_cmds.register(app)

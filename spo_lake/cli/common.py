@@ -1,20 +1,20 @@
-"""What every CLI verb shares: the lake option, the console, and turning user errors into one-line exits."""
+"""What every CLI verb shares: the lake option, the console, turning user errors into one-line exits, and the
+options of the verbs that run a model or generated code (`RunOptions`)."""
 from __future__ import annotations
 
 import dataclasses
 import functools
-import json
-import math
+import inspect
 import os
 import sys
 import traceback
 from collections.abc import Callable
-from enum import Enum
-from typing import Annotated, Any
+from typing import Annotated, Any, get_type_hints
 
 import typer
 
 from spo_lake import __version__
+from spo_lake.cli.output import DOCUMENT_HELP, DocumentFormat
 from spo_lake.console import console
 from spo_lake.errors import InputError, UserError
 from spo_lake.lake import Lake
@@ -85,26 +85,71 @@ def parse_map(pairs: list[str] | None) -> dict[str, str]:
     return parse_pairs(pairs, "--map", "dst=src")
 
 
-class OutputFormat(str, Enum):
-    table = "table"
-    json = "json"
-
-
-FORMAT_OPTION = typer.Option(OutputFormat.table, "--format", help="table (for people) or json (one object on stdout)")
-THREADS_OPTION = typer.Option(None, "--threads", min=1, help="torch threads (default: the cores this process may use)")
-
-# The options of every verb that runs generated code. Defaults are SandboxOptions' own: `timeout_s: TimeoutS =
-# SANDBOX_DEFAULTS.timeout_s`, so a default changes in one place.
+# The options the verbs that run a model or generated code share, each declared once. Sandbox defaults are
+# SandboxOptions' own, so a default changes in one place.
 SANDBOX_DEFAULTS = SandboxOptions()
 SANDBOX_HELP = "bwrap (default) or none — none runs generated code UNSANDBOXED on this machine; never on untrusted data"
 EXECUTOR_HELP = "local (this process) or ray (Ray workers; same rows as local)"
 RAY_ADDRESS_HELP = "the Ray cluster for --executor ray, e.g. ray://head:10001 or auto (default: a new local instance)"
+Threads = Annotated[int | None, typer.Option("--threads", min=1,
+                                             help="torch threads (default: the cores this process may use)")]
+Seed = Annotated[int, typer.Option(help="sampling seed")]
+GenerationBatch = Annotated[int, typer.Option(help="responses per generation batch")]
+Device = Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available)")]
+ModelId = Annotated[str | None, typer.Option("--model-id", help="record and reuse the lake's rows under this model id "
+                                             "instead of the model's own (e.g. an id an older lake holds for it)")]
 Workers = Annotated[int | None, typer.Option(help="parallel sandboxes (default: cores)")]
 TimeoutS = Annotated[float, typer.Option(help="wall-clock limit per test")]
 MemoryMb = Annotated[int, typer.Option(help="address-space limit")]
 Sandbox = Annotated[str, typer.Option(help=SANDBOX_HELP)]
 Executor = Annotated[str, typer.Option(help=EXECUTOR_HELP)]
 RayAddress = Annotated[str | None, typer.Option(help=RAY_ADDRESS_HELP)]
+Format = Annotated[DocumentFormat, typer.Option("--format", help=DOCUMENT_HELP)]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """The trailing options of the verbs that run a model or generated code (sample, q0, pts, refprobs, judge):
+    `run_options` adds them to a verb and hands them to it as one `opts`."""
+    seed: Seed = 0
+    batch: GenerationBatch = 64
+    device: Device = None
+    threads: Threads = None
+    workers: Workers = None
+    timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s
+    memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb
+    sandbox: Sandbox = SANDBOX_DEFAULTS.mode
+    model_id: ModelId = None
+    executor: Executor = "local"
+    ray_address: RayAddress = None
+    format: Format = "table"
+
+    def sandbox_options(self) -> SandboxOptions:
+        return sandbox_options(self.timeout_s, self.memory_mb, self.sandbox)
+
+
+def run_options(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a verb RunOptions' options (all, or the ones named), listed after its own, and call it with their values
+    as `opts` (an option not given to the verb keeps RunOptions' default)."""
+    hints = get_type_hints(RunOptions, include_extras=True)
+    fields = [f for f in dataclasses.fields(RunOptions) if not names or f.name in names]
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "opts"]
+        shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                    annotation=hints[f.name]) for f in fields]
+
+        @functools.wraps(fn)
+        def verb(**kwargs: Any) -> Any:
+            opts = RunOptions(**{f.name: kwargs.pop(f.name) for f in fields})
+            return fn(**kwargs, opts=opts)
+
+        # what typer reads: the verb's own parameters, then the shared ones
+        verb.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
+        verb.__annotations__ = {p.name: p.annotation for p in [*own, *shared]}
+        return verb
+
+    return decorate
 
 
 def sandbox_options(timeout_s: float, memory_mb: int, sandbox: str) -> SandboxOptions:
@@ -114,25 +159,3 @@ def sandbox_options(timeout_s: float, memory_mb: int, sandbox: str) -> SandboxOp
         console.print("[bold red]WARNING: --sandbox none: generated code runs unsandboxed with your privileges"
                       "[/bold red]")
     return SandboxOptions(timeout_s=timeout_s, memory_mb=memory_mb, mode=sandbox)
-
-
-def emit_json(data: Any) -> None:
-    """A verb's result as one JSON document on stdout (what `--format json` prints); NaN and inf become null."""
-    sys.stdout.write(json.dumps(_finite(data), default=str, ensure_ascii=False, allow_nan=False) + "\n")
-
-
-def _finite(data: Any) -> Any:
-    if isinstance(data, float):
-        return data if math.isfinite(data) else None
-    if isinstance(data, dict):
-        return {k: _finite(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [_finite(v) for v in data]
-    return data
-
-
-def show_report(report: Any, format: OutputFormat) -> None:
-    """A pipeline step's report: its summary line on stderr and, with --format json, its fields on stdout."""
-    if format is OutputFormat.json:
-        emit_json(dataclasses.asdict(report) | {"summary": report.summary()})
-    console.print(report.summary())

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import typer
 
-from spo_lake.cli.common import FORMAT_OPTION, OutputFormat, console, emit_json, open_lake, parse_map, user_errors
+from spo_lake.cli.common import (
+    console,
+    open_lake,
+    parse_map,
+    user_errors,
+)
+from spo_lake.cli.output import DOCUMENT_FORMAT, DocumentFormat, emit_json
 from spo_lake.errors import InputError
 from spo_lake.ingest import PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, ingest_trajectories, load_batch
 from spo_lake.ingest.core import BATCH_ROWS, IngestReport, load_batches
@@ -57,7 +63,7 @@ def register(app: typer.Typer) -> None:
                split: str = typer.Option("train", help="dataset split with --hf"),
                batch_rows: int = typer.Option(BATCH_ROWS, help="rows validated and staged at a time (memory grows "
                                                                "with it, not with the input)"),
-               format: OutputFormat = FORMAT_OPTION) -> None:
+               format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         if source not in SOURCES:
             raise InputError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
         rewards = RewardMap.parse(reward_map) if reward_map else None
@@ -82,7 +88,7 @@ def register(app: typer.Typer) -> None:
         with console.status(f"validating and writing {path}"):
             report = ingest_trajectories(lake, batches, source=source, task=task,
                                          defaults={"model": model, "run_id": run_id, "tokenizer": tokenizer})
-        if format is OutputFormat.json:
+        if format == "json":
             emit_json(report_json(path, report) | ({"dump": dump_format, **asdict(counts)} if dump else {}))
         held = f"; {counts.summary()}" if counts.summary() else ""
         console.print(f"{path}: {report.summary()}{held}")
@@ -96,12 +102,12 @@ def register(app: typer.Typer) -> None:
                     limit: int | None = typer.Option(None, help="load at most this many problems"),
                     map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src"),
                     extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
-                    format: OutputFormat = FORMAT_OPTION) -> None:
+                    format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Add problems (with tests) from a file, or a dataset with its human solutions."""
         if dataset:
             with console.status(f"loading {dataset}"):
                 p, t = ingest_dataset(open_lake(create=True), dataset, path, n=n, seed=seed, limit=limit)
-            if format is OutputFormat.json:
+            if format == "json":
                 emit_json({"dataset": dataset, "prompts": report_json(path, p), "solutions": report_json(path, t)})
             console.print(f"{dataset}: prompts {p.summary()}; human solutions {t.summary()}")
             return
@@ -110,7 +116,7 @@ def register(app: typer.Typer) -> None:
         with console.status(f"reading and validating {path}"):
             batch = load_batch(path, PROMPT_FIELDS, "prompts", parse_map(map), extra=extra)
             report = add_prompts(open_lake(create=True), batch)
-        if format is OutputFormat.json:
+        if format == "json":
             emit_json(report_json(path, report))
         console.print(f"{path}: {report.summary()}")
 

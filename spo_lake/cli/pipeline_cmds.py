@@ -1,74 +1,37 @@
-"""Curation verbs: judge, dedup, report."""
+"""Curation verbs: judge, dedup, and `pipeline run` (TOML recipes)."""
 from __future__ import annotations
 
 import typer
 
-from spo_lake.cli.common import (
-    FORMAT_OPTION,
-    SANDBOX_DEFAULTS,
-    Executor,
-    MemoryMb,
-    OutputFormat,
-    RayAddress,
-    Sandbox,
-    TimeoutS,
-    Workers,
-    console,
-    emit_json,
-    open_lake,
-    sandbox_options,
-    show_report,
-    user_errors,
-)
-from spo_lake.cli.lake_cmds import show_table, write_arrow
+from spo_lake.cli.common import RunOptions, console, open_lake, run_options, user_errors
+from spo_lake.cli.output import DOCUMENT_FORMAT, DocumentFormat, emit_json, show_report
 
-report_app = typer.Typer(help="Reports over the lake.")
 
 def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
-    def judge(where: str | None = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
-                 workers: Workers = None,
-                 timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
-                 memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
-                 sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
-                 executor: Executor = "local",
-                 ray_address: RayAddress = None,
-                 format: OutputFormat = FORMAT_OPTION) -> None:
+    @run_options("workers", "timeout_s", "memory_mb", "sandbox", "executor", "ray_address", "format")
+    def judge(where: str | None = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"), *,
+              opts: RunOptions) -> None:
         """Judge every trajectory its task's verifier has not judged yet in the sandbox (incremental, resumable); `eval`
         is pass@k of a model."""
-        from spo_lake.pipelines.evaluate import evaluate as run
+        from spo_lake.pipelines.judge import judge as run
 
-        report = run(open_lake(), where=where, options=sandbox_options(timeout_s, memory_mb, sandbox), workers=workers,
-                     executor=executor, ray_address=ray_address)
-        show_report(report, format)
+        report = run(open_lake(), where=where, options=opts.sandbox_options(), workers=opts.workers,
+                     executor=opts.executor, ray_address=opts.ray_address)
+        show_report(report, opts.format)
 
     app.command("evaluate", hidden=True, help="The old name of `judge`.")(judge)
 
     @app.command()
     @user_errors
     def dedup(where: str | None = typer.Option(None, help="SQL filter over trajectories t joined with prompts p"),
-              format: OutputFormat = FORMAT_OPTION) -> None:
+              format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """Group identical programs per prompt (comments/whitespace ignored); raw rows stay."""
         from spo_lake.pipelines.dedup import dedup as run
 
         show_report(run(open_lake(), where=where), format)
 
-    @report_app.command("passk")
-    @user_errors
-    def passk(snapshot: str | None = typer.Option(None),
-              group_by: str = typer.Option("source", help="source|model|run_id|prompt|none"),
-              k: str = typer.Option("1,10", help="comma-separated k values"),
-              where: str | None = typer.Option(None, help="SQL filter over trajectories t"),
-              format: str = typer.Option("table", "--format", help="table|csv|json")) -> None:
-        """pass@k (unbiased estimator) over evaluated trajectories."""
-        from spo_lake.pipelines.report import passk_counts, passk_table
-
-        ks = [int(x) for x in k.split(",") if x.strip()]
-        table = passk_table(passk_counts(open_lake(), group_by, snapshot, where), ks)
-        show_table(table, title=f"pass@k by {group_by}") if format == "table" else write_arrow(table, format, None)
-
-    app.add_typer(report_app, name="report")
     app.add_typer(pipeline_app, name="pipeline")
 
 
@@ -79,12 +42,12 @@ pipeline_app = typer.Typer(help="Declarative TOML recipes chaining pipeline step
 @user_errors
 def pipeline_run(recipe: str = typer.Argument(..., help="recipe TOML (see pipelines/)"),
                  set_: list[str] = typer.Option(None, "--set", help="override a [vars] entry: name=value"),
-                 format: OutputFormat = FORMAT_OPTION) -> None:
+                 format: DocumentFormat = DOCUMENT_FORMAT) -> None:
     """Run a recipe's steps in order; each is incremental, so a re-run continues where a crash stopped."""
     from spo_lake.cli.common import parse_map
     from spo_lake.pipelines.recipe import load_recipe, run_recipe
 
     loaded = load_recipe(recipe, parse_map(set_))
     done = run_recipe(loaded, open_lake(create=True), log=console.print)
-    if format is OutputFormat.json:
+    if format == "json":
         emit_json(done)

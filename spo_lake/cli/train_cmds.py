@@ -7,16 +7,14 @@ from contextlib import nullcontext
 import typer
 
 from spo_lake.cli.common import (
-    FORMAT_OPTION,
     SANDBOX_HELP,
-    THREADS_OPTION,
-    OutputFormat,
+    Threads,
     console,
-    emit_json,
     open_lake,
     sandbox_options,
     user_errors,
 )
+from spo_lake.cli.output import DOCUMENT_FORMAT, DocumentFormat, emit_json
 from spo_lake.errors import InputError
 
 
@@ -99,8 +97,8 @@ def register(app: typer.Typer) -> None:
               timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
               memory_mb: int = typer.Option(512, help="address-space limit"),
               sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
-              threads: int | None = THREADS_OPTION,
-              format: OutputFormat = FORMAT_OPTION) -> None:
+              threads: Threads = None,
+              format: DocumentFormat = DOCUMENT_FORMAT) -> None:
         """pass@k of a model with the unbiased estimator (paper: n=20, temperature 0.4, top-p 0.95, k=1,10)."""
         from spo_lake.models.backend import TransformersPolicy
         from spo_lake.models.threads import use_threads
@@ -120,7 +118,7 @@ def register(app: typer.Typer) -> None:
             policy = TransformersPolicy.from_pretrained(model, str(resolve_device(device)))
         result, run_id = evaluate_in_lake(lake, policy, settings, where=where, snapshot=snapshot,
                                           max_prompts=max_prompts, options=options, workers=workers, save=save)
-        if format is OutputFormat.json:
+        if format == "json":
             emit_json({"model": model, "prompts": len(result.per_problem), "n": n, "run_id": run_id,
                        "pass_at_k": {str(k): v for k, v in result.pass_at_k.items()}})
         scores = ", ".join(f"pass@{k}={v:.4f}" for k, v in result.pass_at_k.items())

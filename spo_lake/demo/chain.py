@@ -37,7 +37,7 @@ from spo_lake.demo.run import (
 from spo_lake.demo.stats import mean_std, paired_prompt_difference, paired_seed_difference, per_prompt_pass
 from spo_lake.lake import Lake
 from spo_lake.pipelines.dedup import dedup
-from spo_lake.pipelines.evaluate import evaluate
+from spo_lake.pipelines.judge import judge
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
 from spo_lake.pipelines.views import first_solved, prompt_solves
 from spo_lake.rl.config import config_from_dict
@@ -64,7 +64,7 @@ def clone_at(lake: Lake, snapshot: str, dest: Path) -> Lake:
         rows = lake.arrow_dataset(table, version).to_table()
         if rows.num_rows:
             clone.added(table, rows)  # insert-if-absent: a clone interrupted half-way completes on re-run
-    evaluate(clone, show_progress=False)
+    judge(clone, show_progress=False)
     dedup(clone, show_progress=False)
     if BASE not in {s.name for s in clone.snapshots()}:
         clone.snapshot(BASE, note=f"copy of {lake.root} at snapshot {snapshot}")
@@ -115,7 +115,7 @@ def run_arms(seed_dir: Path, scale: DemoScale, seed: int, runs: int, log: Callab
     manifest = run_chain(spec, lakes["chain"], runs, log=log)
     chain = [Path(r["run_dir"]) for r in manifest["runs"][:runs]]
     for lake in lakes.values():  # both lakes measured alike: every trajectory judged and hashed
-        evaluate(lake, show_progress=False)
+        judge(lake, show_progress=False)
         dedup(lake, show_progress=False)
     return {"steps": steps, "budget": budget, "lakes": lakes, "runs": {"independent": independent, "chain": chain}}
 

@@ -33,7 +33,7 @@ from spo_lake.ingest.readers import (
     read_parquet_batches,
     read_records,
 )
-from spo_lake.ingest.records import Batch, rename
+from spo_lake.ingest.records import CheckedRows, rename
 from spo_lake.ingest.rules import validate_prompts, validate_trajectories
 from spo_lake.ingest.shapes import ExtraFields, RewardMap, Shaping, formatted_prompt, shaped_batch, typed_batch
 from spo_lake.lake import Lake, Staged
@@ -60,7 +60,7 @@ class IngestReport:
 
 def load_batch(path: str, fields: dict[str, str], what: str, mapping: dict[str, str] | None = None,
                hf_split: str | None = None, extra: ExtraFields = ExtraFields.metadata,
-               reward_map: RewardMap | None = None) -> Batch:
+               reward_map: RewardMap | None = None) -> CheckedRows:
     """Read, reshape (`shapes.py`) and type-check a whole input: Parquet and datasets as typed Arrow, the rest by
     record."""
     shaping = Shaping(fields, what, extra, reward_map)
@@ -76,7 +76,7 @@ def load_batch(path: str, fields: dict[str, str], what: str, mapping: dict[str, 
 def load_batches(path: str, fields: dict[str, str], what: str, mapping: dict[str, str] | None = None,
                  hf_split: str | None = None, extra: ExtraFields = ExtraFields.metadata,
                  reward_map: RewardMap | None = None, batch_rows: int = BATCH_ROWS, dump: Dump | None = None,
-                 counts: DumpCounts | None = None) -> Iterator[Batch]:
+                 counts: DumpCounts | None = None) -> Iterator[CheckedRows]:
     """`load_batch`, streamed: batches of at most `batch_rows` input rows, each naming rows by their place in the
     whole input. JSONL, CSV and Parquet are read incrementally; a dataset is memory-mapped by `datasets` already.
     With `dump`, `path` is another trainer's rollout dump (`frameworks.py`); `counts` gets what it held."""
@@ -122,7 +122,7 @@ def _present(lake: Lake, table: str, ids: pa.Array, where: pl.Expr | None = None
 _PROMPT_CONTENT = ("task", "prompt", "tests", "time_limit_s", "memory_limit_mb", "metadata")
 
 
-def add_prompts(lake: Lake, batch: Batch) -> IngestReport:
+def add_prompts(lake: Lake, batch: CheckedRows) -> IngestReport:
     """Add prompt rows. A prompt_id already in the lake must carry identical content (rows are immutable)."""
     validate_prompts(batch)
     t = batch.table
@@ -155,19 +155,19 @@ def _existing_prompts(lake: Lake, ids: pa.Array | pa.ChunkedArray) -> dict[str, 
 
 
 # ---- trajectories -----------------------------------------------------------------------------------------------
-Batches = Batch | Callable[[], Iterable[Batch]]
+Batches = CheckedRows | Callable[[], Iterable[CheckedRows]]
 
 
 def ingest_trajectories(lake: Lake, batches: Batches, *, source: str | None = None, task: str | None = None,
                         defaults: dict[str, Any] | None = None) -> IngestReport:
     """Validate and stage every batch, then commit the new prompts, imported verdicts and trajectories.
 
-    `batches`: one Batch, or a function returning the input's batches afresh (called again if the plan must be
+    `batches`: one CheckedRows, or a function returning the input's batches afresh (called again if the plan must be
     redone under the lock). `source` fills rows without one; `defaults` (model, run_id, tokenizer, temperature,
     top_p) fill missing fields; `task` is used to create prompts from a `prompt` field when rows carry no `task`.
     A bad row anywhere fails the whole ingest, and what was staged is deleted.
     """
-    read = (lambda: [batches]) if isinstance(batches, Batch) else batches
+    read = (lambda: [batches]) if isinstance(batches, CheckedRows) else batches
     fill = {"source": source, **(defaults or {})}
     with lake.writing() as lease:
         # Plan and stage outside the lake lock, so concurrent ingests overlap their heavy work; under the lock,
@@ -206,7 +206,7 @@ class _Plan:
     staged: list[Staged]  # prompts, evaluations, trajectories
 
 
-def _stage_new_rows(lake: Lake, lease: Lease, batches: Iterable[Batch], fill: dict[str, Any],
+def _stage_new_rows(lake: Lake, lease: Lease, batches: Iterable[CheckedRows], fill: dict[str, Any],
                     task: str | None) -> _Plan:
     """Write (without committing) the prompts, imported verdicts and trajectories the input adds to the lake."""
     state = _Stream()
@@ -225,11 +225,11 @@ def _stage_new_rows(lake: Lake, lease: Lease, batches: Iterable[Batch], fill: di
     return _Plan(state.rows, staged)
 
 
-def _batch_rows(lake: Lake, lease: Lease, batch: Batch, fill: dict[str, Any], task: str | None,
+def _batch_rows(lake: Lake, lease: Lease, batch: CheckedRows, fill: dict[str, Any], task: str | None,
                 state: _Stream) -> pa.Table:
     """Check one batch; stage its new prompts (in `state`) and imported verdicts; return its new trajectory rows."""
     t = _fill(batch.table, fill)
-    batch = Batch(t, batch.where)
+    batch = CheckedRows(t, batch.where)
     validate_trajectories(batch)
     hashes, exact = response_digests(t.column("response"))
     ids = adopt_unattributed(lake.read("trajectories"), t, trajectory_ids(t, exact, state.seen), hashes,
@@ -288,7 +288,7 @@ def _fill(t: pa.Table, values: dict[str, Any]) -> pa.Table:
     return t
 
 
-def _check_unique_ids(batch: Batch, ids: pa.Array, earlier: SeenIds) -> None:
+def _check_unique_ids(batch: CheckedRows, ids: pa.Array, earlier: SeenIds) -> None:
     """Given trajectory_ids must not repeat within one input (derived ids never do); `earlier` holds the ids of the
     input's earlier batches and gains these."""
     keys = SeenIds.prefixes(ids.to_pylist(), hashed=False)
@@ -311,7 +311,7 @@ def _check_unique_ids(batch: Batch, ids: pa.Array, earlier: SeenIds) -> None:
 _NEW_PROMPT = pa.schema([("prompt_id", pa.string()), ("task", pa.string()), ("prompt", pa.string())])
 
 
-def _prompts_to_create(lake: Lake, batch: Batch, task: str | None, staged: dict[str, dict[str, Any]]) -> pa.Table:
+def _prompts_to_create(lake: Lake, batch: CheckedRows, task: str | None, staged: dict[str, dict[str, Any]]) -> pa.Table:
     """Prompt rows to create from trajectory rows' `prompt`/`task` fields; checks them against the lake and the
     prompts earlier batches of the input `staged`."""
     t = batch.table

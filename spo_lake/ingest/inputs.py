@@ -18,7 +18,7 @@ from spo_lake.ingest.core import (
     load_batches,
 )
 from spo_lake.ingest.readers import IngestError, Located
-from spo_lake.ingest.records import PROMPT_FIELDS, TRAJECTORY_FIELDS, Batch
+from spo_lake.ingest.records import PROMPT_FIELDS, TRAJECTORY_FIELDS, CheckedRows
 from spo_lake.ingest.shapes import ExtraFields, RewardMap, Shaping, shaped_batch, typed_batch
 from spo_lake.lake import Lake
 
@@ -28,7 +28,7 @@ Input: TypeAlias = str | os.PathLike | list[dict[str, Any]] | pa.Table | Any
 
 def read_input(data: Input, fields: dict[str, str], what: str, *, mapping: dict[str, str] | None = None,
                split: str | None = None, extra: ExtraFields | str = ExtraFields.metadata,
-               reward_map: RewardMap | str | None = None) -> Batch:
+               reward_map: RewardMap | str | None = None) -> CheckedRows:
     """Reshape and type-check an input. A string or path is a file (JSONL, JSONL.gz, Parquet, CSV), or with `split` a
     Hugging Face dataset name or save_to_disk directory; errors name the row as `input:row N`."""
     extra = ExtraFields(extra)

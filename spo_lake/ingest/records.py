@@ -57,7 +57,7 @@ def field_name(field: str) -> str:
 
 
 @dataclass(frozen=True)
-class Batch:
+class CheckedRows:
     """A type-checked input: a table with the logical field types, and how to name row i in an error."""
 
     table: pa.Table
@@ -82,7 +82,7 @@ def _value_ok(kind: str, v: Any) -> bool:
     raise AssertionError(kind)
 
 
-def from_records(records: Iterable[Located], fields: dict[str, str], what: str) -> Batch:
+def from_records(records: Iterable[Located], fields: dict[str, str], what: str) -> CheckedRows:
     """Type-check located records field by field and build the logical-typed Arrow table."""
     located = list(records)
     columns: dict[str, list[Any]] = {f: [] for f in fields}
@@ -99,7 +99,7 @@ def from_records(records: Iterable[Located], fields: dict[str, str], what: str) 
                 v = json_text(v, loc.where, f)
             columns[f].append(v)
     table = pa.table({f: pa.array(columns[f], _ARROW[k]) for f, k in fields.items()})
-    return Batch(table, lambda i: located[i].where)
+    return CheckedRows(table, lambda i: located[i].where)
 
 
 def _describe(kind: str, v: Any) -> str:
@@ -119,7 +119,7 @@ def json_text(v: dict, where: str, field: str) -> str:
 
 
 # ---- typed Arrow tables -----------------------------------------------------------------------------------------
-def from_arrow(table: pa.Table, fields: dict[str, str], origin: str, what: str, first_row: int = 0) -> Batch:
+def from_arrow(table: pa.Table, fields: dict[str, str], origin: str, what: str, first_row: int = 0) -> CheckedRows:
     """Check an Arrow table's column types against the logical fields; scalars are cast (safely) to them. Row i is
     row `first_row + i + 1` of the input (a later batch of a streamed file)."""
     unknown = set(table.column_names) - set(fields)
@@ -142,7 +142,7 @@ def from_arrow(table: pa.Table, fields: dict[str, str], origin: str, what: str, 
         if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
             _check_utf8(col, where, f)
         cols[f] = _cast(col, kind, where, f)
-    return Batch(pa.table(cols), where)
+    return CheckedRows(pa.table(cols), where)
 
 
 def _arrow_type_ok(kind: str, t: pa.DataType) -> bool:

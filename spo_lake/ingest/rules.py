@@ -1,4 +1,4 @@
-"""The value stage of validation: column-wise rules over a type-checked `Batch`, naming the first offending row.
+"""The value stage of validation: column-wise rules over a type-checked `CheckedRows`, naming the first offending row.
 
 Every rule has a fast vectorised check for the (usual) valid case; only a failing batch pays for locating the row.
 """
@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from spo_lake.ingest.readers import IngestError, reject_constant
-from spo_lake.ingest.records import PROMPT_REQUIRED, SOURCES, TRAJECTORY_REQUIRED, Batch, field_name
+from spo_lake.ingest.records import PROMPT_REQUIRED, SOURCES, TRAJECTORY_REQUIRED, CheckedRows, field_name
 
 TOKEN_ID_MAX = 2**31 - 1  # token ids are stored as int32
 LOGPROB_MAX = 1e-4  # a log-probability is <= 0; a little slack for float error
@@ -30,7 +30,7 @@ def _is_list(t: pa.DataType) -> bool:
     return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
-def require(batch: Batch, fields: Iterable[str]) -> None:
+def require(batch: CheckedRows, fields: Iterable[str]) -> None:
     for f in fields:
         i = _first(pc.is_null(batch.table.column(f)))
         if i is not None:
@@ -54,7 +54,7 @@ def _bounds(lo: float, hi: float, integers: bool) -> str:
     return f"{'' if integers else 'finite and '}in [{show(lo)}, {show(hi)}]"
 
 
-def require_finite(batch: Batch, field: str, lo: float = -math.inf, hi: float = math.inf) -> None:
+def require_finite(batch: CheckedRows, field: str, lo: float = -math.inf, hi: float = math.inf) -> None:
     """Numbers (or every element of number lists) finite and within [lo, hi]; no null list elements."""
     col = batch.table.column(field)
     if not _is_list(col.type):
@@ -81,7 +81,7 @@ def require_finite(batch: Batch, field: str, lo: float = -math.inf, hi: float = 
     raise IngestError(f"{batch.where(row)}: field {field_name(field)!r}: element {index} {problem}")
 
 
-def require_in(batch: Batch, field: str, allowed: Iterable[str]) -> None:
+def require_in(batch: CheckedRows, field: str, allowed: Iterable[str]) -> None:
     col = batch.table.column(field)
     i = _first(pc.and_(pc.is_valid(col), pc.invert(pc.is_in(col, pa.array(list(allowed))))))
     if i is not None:
@@ -89,7 +89,7 @@ def require_in(batch: Batch, field: str, allowed: Iterable[str]) -> None:
                           f"(one of {', '.join(allowed)})")
 
 
-def require_json_objects(batch: Batch, field: str) -> None:
+def require_json_objects(batch: CheckedRows, field: str) -> None:
     """Every value is the text of one JSON object (strict JSON: no NaN/Infinity).
 
     Fast path: Arrow's JSON reader parses the values as newline-delimited JSON in one call; values it cannot
@@ -125,7 +125,7 @@ def _arrow_says_objects(values: pa.ChunkedArray) -> bool:
     return parsed.num_rows == len(values)  # blank values or two objects on one line change the count
 
 
-def require_lake_rewards(batch: Batch) -> None:
+def require_lake_rewards(batch: CheckedRows) -> None:
     """The lake's reward contract: 0 for a pass, -1 otherwise. Other conventions need an explicit map."""
     col = batch.table.column("reward")
     i = _first(pc.and_(pc.is_valid(col), pc.invert(pc.is_in(col, pa.array([0.0, -1.0])))))
@@ -135,7 +135,7 @@ def require_lake_rewards(batch: Batch) -> None:
 
 
 # ---- the rules of each record kind ------------------------------------------------------------------------------
-def validate_trajectories(batch: Batch) -> None:
+def validate_trajectories(batch: CheckedRows) -> None:
     t = batch.table
     require(batch, (*TRAJECTORY_REQUIRED, "source"))
     require_in(batch, "source", SOURCES)
@@ -159,7 +159,7 @@ def validate_trajectories(batch: Batch) -> None:
         raise IngestError(f"{batch.where(i)}: field 'policy_version': negative")
 
 
-def validate_prompts(batch: Batch) -> None:
+def validate_prompts(batch: CheckedRows) -> None:
     require(batch, PROMPT_REQUIRED)
     require_finite(batch, "time_limit_s", 1e-9)
     i = _first(pc.less_equal(batch.table.column("memory_limit_mb"), 0))

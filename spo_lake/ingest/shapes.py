@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from spo_lake.errors import InputError
 from spo_lake.ingest.readers import IngestError, Located, reject_constant
-from spo_lake.ingest.records import SCHEMA_NAMES, Batch, from_arrow, from_records
+from spo_lake.ingest.records import SCHEMA_NAMES, CheckedRows, from_arrow, from_records
 
 # input name -> canonical name, per record kind: the schema's names, and TRL's `completion`
 TRAJECTORY_ALIASES = {**{schema: name for name, schema in SCHEMA_NAMES.items()}, "completion": "response"}
@@ -143,13 +143,13 @@ def prompt_id_for(prompt: str) -> str:
 
 
 # ---- whole inputs ------------------------------------------------------------------------------------------------
-def shaped_batch(records: Iterable[Located], shaping: Shaping) -> Batch:
+def shaped_batch(records: Iterable[Located], shaping: Shaping) -> CheckedRows:
     """Type-check row-oriented records after reshaping them."""
     return from_records(reshape(records, shaping), shaping.fields, shaping.what)
 
 
 def typed_batch(table: pa.Table, origin: str, shaping: Shaping, mapping: dict[str, str] | None = None,
-                first_row: int = 0) -> Batch:
+                first_row: int = 0) -> CheckedRows:
     """An Arrow input (Parquet, a dataset): column-wise when its columns are canonical, else record by record."""
     inverse = {src: dst for dst, src in (mapping or {}).items()}
     table = _rename_columns(table.rename_columns([inverse.get(c, c) for c in table.column_names]), shaping)
@@ -168,7 +168,7 @@ def typed_batch(table: pa.Table, origin: str, shaping: Shaping, mapping: dict[st
     out = scalars.table
     for name in lists:
         out = out.append_column(name, typed.column(name))
-    return Batch(out.select(list(shaping.fields)), scalars.where)
+    return CheckedRows(out.select(list(shaping.fields)), scalars.where)
 
 
 def _rename_columns(table: pa.Table, shaping: Shaping) -> pa.Table:

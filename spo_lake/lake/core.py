@@ -59,7 +59,9 @@ _KEY_OVERRIDES: dict[str, tuple[str, ...]] = {
 # writer's commit landing), unless the winner conflicts with it (see `_lost_to`).
 COMMIT_RETRIES = 30
 LOCK_FILE = "_lake.lock"
-COMPACT_BELOW_BYTES = 16 * 2**20  # Parquet files smaller than this are compacted
+# What `Lake.compact` (so `spolake compact`) merges by default: every Parquet file smaller than this. The compaction
+# after commits merges only the files under upkeep.UPKEEP_COMPACT_BELOW_BYTES (1 MiB), so its cost stays flat.
+COMPACT_BELOW_BYTES = 16 * 2**20
 COMPACT_BIN_BYTES = 256 * 2**20  # Parquet bytes rewritten per compaction commit (bounds its memory)
 
 
@@ -188,13 +190,18 @@ class Lake:
             lost = doctor.lost_log(self, t)
             if lost:
                 raise LakeError(lost)
-            self._ensure_table(contract(t))
+            self.create_table(t)
 
     def uri(self, table: str) -> str:
         """Where `table`'s Delta table lives (a path or URI any Delta reader opens)."""
         return f"{self.root.rstrip('/')}/{table}"
 
-    def _ensure_table(self, c: Contract) -> None:
+    def create_table(self, table: str) -> None:
+        """Create `table` empty, with its contract's schema; nothing when it exists (also when another process creates
+        it at the same moment). It does not check for a lost log over existing data files (`doctor.lost_log`): opening
+        a lake checks that before creating the tables a newer contract set adds, and `spolake doctor` repairs a
+        missing table with it."""
+        c = contract(table)
         try:
             DeltaTable.create(
                 self.uri(c.table), c.arrow_schema, mode="ignore", name=c.table,

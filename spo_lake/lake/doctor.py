@@ -9,11 +9,11 @@ from the log entries it summarises. Damaged log files are moved to `_quarantine/
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -22,15 +22,32 @@ from deltalake.exceptions import DeltaError
 from spo_lake.lake.errors import LakeError, delta_message
 from spo_lake.lake.store import Store, data_files
 
-if TYPE_CHECKING:
-    from spo_lake.lake.core import Lake
-
 SNAPSHOTS = "snapshots"
 QUARANTINE = "_quarantine"
 
 
+class Pin(Protocol):
+    """A snapshot as the doctor reads it (`core.Snapshot` is one)."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def versions(self) -> dict[str, int]: ...
+
+
+class Examined(Protocol):
+    """What the doctor examines of a lake (`core.Lake` is one; core uses this module, so this one names what it needs
+    instead of importing core): where it is, its snapshots, and creating a missing table empty."""
+    root: str
+    storage_options: dict[str, str] | None
+
+    def uri(self, table: str) -> str: ...
+    def snapshots(self) -> Sequence[Pin]: ...
+    def create_table(self, table: str) -> None: ...
+
+
 @dataclass(frozen=True)
-class Problem:
+class Finding:
+    """One thing wrong with a lake, and its repair when Delta allows one."""
     where: str  # a table, a file, or a snapshot
     what: str
     fix: str | None = None  # what the repair does; None when only a backup can help
@@ -41,7 +58,7 @@ class Problem:
 
 
 # ---- what opening refuses --------------------------------------------------------------------------------------
-def lost_log(lake: Lake, table: str) -> str | None:
+def lost_log(lake: Examined, table: str) -> str | None:
     """Why `table` must not be created: it holds data files but no Delta log (None when it holds no data)."""
     files = data_files(Store(lake.root, lake.storage_options).list(table))
     if not files:
@@ -51,15 +68,15 @@ def lost_log(lake: Lake, table: str) -> str | None:
             f"{table}/_delta_log from a backup (nothing was changed; `spolake doctor` lists the damage)")
 
 
-def missing_registry(lake: Lake, tables: list[str]) -> str:
+def missing_registry(lake: Examined, tables: list[str]) -> str:
     return (f"{lake.root}: the snapshot registry ({SNAPSHOTS}/_delta_log) is missing while tables "
             f"{', '.join(tables)} exist: every snapshot would be lost; restore it from a backup, or run "
             "`spolake doctor --yes` to start an empty registry")
 
 
 # ---- files of a version ----------------------------------------------------------------------------------------
-def version_problems(lake: Lake, table: str, version: int | None, store: Store | None = None,
-                     checked: dict[str, str | None] | None = None) -> list[Problem]:
+def version_problems(lake: Examined, table: str, version: int | None, store: Store | None = None,
+                     checked: dict[str, str | None] | None = None) -> list[Finding]:
     """Files `table` references at `version` (latest when None) that are missing, of the wrong size, or not valid
     Parquet. `checked` caches verdicts per file across versions."""
     store = store or Store(lake.root, lake.storage_options)
@@ -73,7 +90,7 @@ def version_problems(lake: Lake, table: str, version: int | None, store: Store |
         if key not in checked:
             checked[key] = _file_problem(store, key, size, stored.get(key))
         if checked[key]:
-            out.append(Problem(key, f"{checked[key]} (referenced by {table}@{dt.version()}; restore it from a backup)"))
+            out.append(Finding(key, f"{checked[key]} (referenced by {table}@{dt.version()}; restore it from a backup)"))
     return out
 
 
@@ -89,7 +106,7 @@ def _file_problem(store: Store, path: str, size: int, stored_size: int | None) -
     return None
 
 
-def require_intact(lake: Lake, versions: dict[str, int]) -> None:
+def require_intact(lake: Examined, versions: dict[str, int]) -> None:
     """LakeError naming the first missing or invalid file of any table at `versions` (what a snapshot would pin)."""
     store = Store(lake.root, lake.storage_options)
     for table, version in versions.items():
@@ -100,11 +117,11 @@ def require_intact(lake: Lake, versions: dict[str, int]) -> None:
 
 
 # ---- the doctor --------------------------------------------------------------------------------------------------
-def diagnose(lake: Lake, tables: list[str]) -> list[Problem]:
-    """Every problem of every table, its pinned versions and the snapshot registry; one Problem each."""
+def diagnose(lake: Examined, tables: list[str]) -> list[Finding]:
+    """Every problem of every table, its pinned versions and the snapshot registry; one Finding each."""
     store = Store(lake.root, lake.storage_options)
     present = [t for t in tables if t != SNAPSHOTS and DeltaTable.is_deltatable(lake.uri(t), lake.storage_options)]
-    problems: list[Problem] = []
+    problems: list[Finding] = []
     loaded: dict[str, DeltaTable] = {}
     for t in [SNAPSHOTS, *tables]:  # the registry first: its pins decide which repairs are safe
         if not DeltaTable.is_deltatable(lake.uri(t), lake.storage_options):
@@ -124,29 +141,23 @@ def diagnose(lake: Lake, tables: list[str]) -> list[Problem]:
                 problems += version_problems(lake, t, v, store, checked)
             except DeltaError as exc:
                 names = ", ".join(sorted({s for pv, s in pins.get(t, []) if pv == v}))
-                problems.append(Problem(f"snapshot {names}", f"pins {t}@{v}, which cannot be read: "
+                problems.append(Finding(f"snapshot {names}", f"pins {t}@{v}, which cannot be read: "
                                                              f"{delta_message(exc)}"))
     return problems
 
 
-def _missing_table(lake: Lake, table: str, present: list[str]) -> Problem:
+def _missing_table(lake: Examined, table: str, present: list[str]) -> Finding:
     lost = lost_log(lake, table)
     if lost:
-        return Problem(table, lost.split(": ", 1)[1])
+        return Finding(table, lost.split(": ", 1)[1])
     if table == SNAPSHOTS and present:
-        return Problem(table, "the snapshot registry is missing (every snapshot is lost unless restored from a "
-                              "backup)", "start an empty registry", lambda: lake._ensure_table(_contract(table)))
-    return Problem(table, "table missing (it holds no data)", "create it empty",
-                   lambda: lake._ensure_table(_contract(table)))
+        return Finding(table, "the snapshot registry is missing (every snapshot is lost unless restored from a "
+                              "backup)", "start an empty registry", partial(lake.create_table, table))
+    return Finding(table, "table missing (it holds no data)", "create it empty",
+                   partial(lake.create_table, table))
 
 
-def _contract(table: str):
-    from spo_lake.lake.contracts import contract
-
-    return contract(table)
-
-
-def _pins(lake: Lake, loaded: dict[str, DeltaTable]) -> dict[str, list[tuple[int, str]]]:
+def _pins(lake: Examined, loaded: dict[str, DeltaTable]) -> dict[str, list[tuple[int, str]]]:
     """{table: [(version, snapshot name)]} from the registry; empty when the registry itself cannot be read."""
     if SNAPSHOTS not in loaded:
         return {}
@@ -179,8 +190,8 @@ def _valid_parquet(store: Store, path: str) -> bool:
     return True
 
 
-def _log_problems(lake: Lake, store: Store, table: str, exc: DeltaError,
-                  pins: dict[str, list[tuple[int, str]]]) -> list[Problem]:
+def _log_problems(lake: Examined, store: Store, table: str, exc: DeltaError,
+                  pins: dict[str, list[tuple[int, str]]]) -> list[Finding]:
     """Why `table`'s log does not load, and the repair Delta allows for it, if any."""
     log = f"{table}/_delta_log"
     files = store.list(log)
@@ -195,9 +206,9 @@ def _log_problems(lake: Lake, store: Store, table: str, exc: DeltaError,
         where = entries[last].path
         what = f"the last log entry (version {last}) is truncated or corrupt, so the table cannot be read"
         if pinned:
-            problems.append(Problem(where, f"{what}; snapshot {', '.join(pinned)} pins it: restore it from a backup"))
+            problems.append(Finding(where, f"{what}; snapshot {', '.join(pinned)} pins it: restore it from a backup"))
         else:
-            problems.append(Problem(where, what, f"move it to {QUARANTINE}/ (that commit is dropped: rerun its write)",
+            problems.append(Finding(where, what, f"move it to {QUARANTINE}/ (that commit is dropped: rerun its write)",
                                     lambda: _quarantine(store, [where])))
     for v, f in sorted(checkpoints.items()):
         if _valid_parquet(store, f.path):
@@ -205,22 +216,22 @@ def _log_problems(lake: Lake, store: Store, table: str, exc: DeltaError,
         complete = all(u in entries and u not in bad for u in range(v + 1))
         if complete:
             moved = [f.path] + [p.path for p in files if p.path.endswith("/_last_checkpoint")]
-            problems.append(Problem(f.path, f"checkpoint {v} is corrupt", "move it aside and rebuild the checkpoint "
+            problems.append(Finding(f.path, f"checkpoint {v} is corrupt", "move it aside and rebuild the checkpoint "
                                     "from the log entries", partial(_rebuild_checkpoint, lake, store, table, moved)))
         else:
-            problems.append(Problem(f.path, f"checkpoint {v} is corrupt and log entries before it are missing: "
+            problems.append(Finding(f.path, f"checkpoint {v} is corrupt and log entries before it are missing: "
                                             "restore it from a backup"))
     for v in sorted(bad - {last}):
-        problems.append(Problem(entries[v].path, f"log entry {v} is corrupt: restore it from a backup"))
-    return problems or [Problem(table, f"log cannot be read: {delta_message(exc)}")]
+        problems.append(Finding(entries[v].path, f"log entry {v} is corrupt: restore it from a backup"))
+    return problems or [Finding(table, f"log cannot be read: {delta_message(exc)}")]
 
 
-def _checkpoint_pointer(lake: Lake, store: Store, table: str) -> list[Problem]:
+def _checkpoint_pointer(lake: Examined, store: Store, table: str) -> list[Finding]:
     """A readable table whose `_last_checkpoint` is corrupt (delta-rs then lists the whole log on every open)."""
     path = f"{table}/_delta_log/_last_checkpoint"
     if not store.exists(path) or _parses_as_json_lines(store.read(path)):
         return []
-    return [Problem(path, "corrupt checkpoint pointer", "rebuild it from a new checkpoint",
+    return [Finding(path, "corrupt checkpoint pointer", "rebuild it from a new checkpoint",
                     lambda: _rebuild_checkpoint(lake, store, table, [path]))]
 
 
@@ -230,6 +241,6 @@ def _quarantine(store: Store, paths: list[str]) -> None:
         store.move(p, f"{QUARANTINE}/{stamp}/{p}")
 
 
-def _rebuild_checkpoint(lake: Lake, store: Store, table: str, damaged: list[str]) -> None:
+def _rebuild_checkpoint(lake: Examined, store: Store, table: str, damaged: list[str]) -> None:
     _quarantine(store, damaged)
     DeltaTable(lake.uri(table), storage_options=lake.storage_options).create_checkpoint()

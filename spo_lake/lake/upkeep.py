@@ -9,8 +9,9 @@ produced, which exactly one commit lands on: of several writers running at once,
 
 Only the small files are compacted: a compaction rewrites at most ~`compact_below` bytes plus the files written
 since the last one, so its cost stays flat however large the table grows (compacting everything under `spolake
-compact`'s 16 MiB made the 200th compaction of a write-back stream rewrite the whole table). It leaves files of
-~`compact_below` behind, one per MiB written; `spolake compact` merges those into large files.
+compact`'s 16 MiB, `core.COMPACT_BELOW_BYTES`, made the 200th compaction of a write-back stream rewrite the whole
+table). It leaves files of ~`compact_below` behind, one per MiB written; `spolake compact` merges those into large
+files.
 """
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from spo_lake.lake.core import Lake
 
 COMPACT_EVERY = 50
 CHECKPOINT_EVERY = 100
-COMPACT_BELOW_BYTES = 2**20
+UPKEEP_COMPACT_BELOW_BYTES = 2**20  # what the compaction after commits merges (`spolake compact`: core's 16 MiB)
 
 
 def after_commit(lake: Lake, table: str, version: int, *, compact_every: int = COMPACT_EVERY,
-                 checkpoint_every: int = CHECKPOINT_EVERY, compact_below: int = COMPACT_BELOW_BYTES) -> None:
+                 checkpoint_every: int = CHECKPOINT_EVERY, compact_below: int = UPKEEP_COMPACT_BELOW_BYTES) -> None:
     """Upkeep due after the commit that produced `version` of `table` (usually none)."""
     if version and version % compact_every == 0:
         lake.compact([table], below_bytes=compact_below)

@@ -86,9 +86,9 @@ def step_ingest(ctx: Context, p: dict[str, Any]) -> str:
 
 
 def step_judge(ctx: Context, p: dict[str, Any]) -> str:
-    from spo_lake.pipelines.evaluate import evaluate
+    from spo_lake.pipelines.judge import judge
 
-    return evaluate(ctx.lake, options=_sandbox(p), show_progress=ctx.show_progress, **p).summary()
+    return judge(ctx.lake, options=_sandbox(p), show_progress=ctx.show_progress, **p).summary()
 
 
 def step_dedup(ctx: Context, p: dict[str, Any]) -> str:
@@ -150,8 +150,8 @@ _OWN_KEYS = {
     **{name: ({"model", *(SANDBOX_KEYS if sandboxed else ())}, {"model"})
        for name, (_, sandboxed) in MODEL_STEPS.items()},
 }
-_FUNCTIONS = {"model_tiny": "spo_lake.models.tiny:build_tiny_model", "judge": "spo_lake.pipelines.evaluate:evaluate",
-              "evaluate": "spo_lake.pipelines.evaluate:evaluate", "dedup": "spo_lake.pipelines.dedup:dedup",
+_FUNCTIONS = {"model_tiny": "spo_lake.models.tiny:build_tiny_model", "judge": "spo_lake.pipelines.judge:judge",
+              "evaluate": "spo_lake.pipelines.judge:judge", "dedup": "spo_lake.pipelines.dedup:dedup",
               **{n: fn for n, (fn, _) in MODEL_STEPS.items()}}
 _NOT_KEYS = {"lake", "model", "options", "show_progress", "out_dir", "overrides"}  # what the step itself passes
 

@@ -19,19 +19,20 @@ def passk_counts(lake: Lake, group_by: str = "source", snapshot: str | Snapshot 
     if group_by not in GROUPS:
         raise InputError(f"--group-by {group_by!r}: one of {', '.join(GROUPS)}")
     return lake.sql(f"""
-        SELECT coalesce(CAST({GROUPS[group_by]} AS VARCHAR), '∅') AS grp, t.prompt_id, count(*) AS n,
+        SELECT CAST({GROUPS[group_by]} AS VARCHAR) AS grp, t.prompt_id, count(*) AS n,
                CAST(count(*) FILTER (WHERE v.passed) AS BIGINT) AS c
         FROM trajectories t JOIN ({VERDICT_SQL}) v USING (trajectory_id) {where_clause(where)}
         GROUP BY 1, 2 ORDER BY 1, 2""", snapshot).to_pylist()
 
 
 def passk_table(counts: list[dict], ks: list[int]) -> pa.Table:
-    """Mean pass@k over prompts per group; a prompt counts for k only if it has at least k samples."""
-    by_group: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    """Mean pass@k over prompts per group, in `counts`' order; a prompt counts for k only if it has at least k
+    samples."""
+    by_group: dict[str | None, list[tuple[int, int]]] = defaultdict(list)
     for r in counts:
         by_group[r["grp"]].append((r["n"], r["c"]))
     rows = []
-    for grp, nc in sorted(by_group.items()):
+    for grp, nc in by_group.items():
         row: dict = {"group": grp, "prompts": len(nc), "samples": sum(n for n, _ in nc)}
         for k in ks:
             eligible = [pass_at_k(n, c, k) for n, c in nc if n >= k]

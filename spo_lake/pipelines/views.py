@@ -26,7 +26,7 @@ from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.lake.sql import DEDUP_METHOD, VERDICT_SQL
 
-GROUPS = {"all": "'all'", "source": "t.source", "run_id": "coalesce(t.run_id, '∅')"}
+GROUPS = {"all": "'all'", "source": "t.source", "run_id": "t.run_id"}
 
 PROMPT_SOLVES_SQL = f"""
 WITH v AS ({VERDICT_SQL}),
@@ -43,22 +43,21 @@ GROUP BY 1, 2 ORDER BY 1, 2
 
 FIRST_SOLVED_SQL = f"""
 WITH v AS ({VERDICT_SQL})
-SELECT t.prompt_id, arg_min(t.source, (t.created_at, t.trajectory_id)) AS source,
-       arg_min(coalesce(t.run_id, '∅'), (t.created_at, t.trajectory_id)) AS run_id,
-       min(t.trajectory_id ORDER BY t.created_at, t.trajectory_id) AS trajectory_id, min(t.created_at) AS solved_at
+SELECT t.prompt_id, t.source, t.run_id, t.trajectory_id, t.created_at AS solved_at
 FROM trajectories t JOIN v USING (trajectory_id)
 WHERE v.passed AND {{where}}
-GROUP BY t.prompt_id ORDER BY t.prompt_id
+QUALIFY row_number() OVER (PARTITION BY t.prompt_id ORDER BY t.created_at, t.trajectory_id) = 1
+ORDER BY t.prompt_id
 """
 
 COVERAGE_SQL = f"""
 WITH v AS ({VERDICT_SQL}),
-solved AS (SELECT DISTINCT t.source, coalesce(t.run_id, '∅') AS run_id, t.prompt_id
+solved AS (SELECT DISTINCT t.source, t.run_id, t.prompt_id
            FROM trajectories t JOIN v USING (trajectory_id) WHERE v.passed AND {{where}}),
 first AS ({FIRST_SOLVED_SQL.format(where="{where}")}),
 firsts AS (SELECT source, run_id, count(*) AS first_solved FROM first GROUP BY 1, 2)
 SELECT s.source, s.run_id, count(*) AS prompts_solved, coalesce(any_value(f.first_solved), 0) AS first_solved
-FROM solved s LEFT JOIN firsts f USING (source, run_id)
+FROM solved s LEFT JOIN firsts f ON f.source = s.source AND f.run_id IS NOT DISTINCT FROM s.run_id
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 
@@ -149,7 +148,7 @@ def solves_over_snapshots(lake: Lake, snapshots: Sequence[str | None], where: st
     rows: list[dict[str, Any]] = []
     for name in snapshots:
         per_prompt = prompt_solves(lake, name, where, group_by).to_pylist()
-        for grp in sorted({r["grp"] for r in per_prompt}):
+        for grp in dict.fromkeys(r["grp"] for r in per_prompt):  # the query's order; a missing run id last
             mine = [r for r in per_prompt if r["grp"] == grp]
             rows.append({"snapshot": name, "group": grp, "prompts": len(mine),
                          "solved": sum(r["correct"] > 0 for r in mine),
@@ -170,11 +169,11 @@ def plot_solves(table: pa.Table, path: Path) -> None:
     rows = table.to_pylist()
     snapshots = list(dict.fromkeys(r["snapshot"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for grp in sorted({r["group"] for r in rows}):
+    for grp in dict.fromkeys(r["group"] for r in rows):
         mine = {r["snapshot"]: r for r in rows if r["group"] == grp}
         x = [i for i, s in enumerate(snapshots) if s in mine]
         for ax, key in zip(axes, ("solved", "mean_distinct_correct")):
-            ax.plot(x, [mine[snapshots[i]][key] for i in x], marker="o", label=grp)
+            ax.plot(x, [mine[snapshots[i]][key] for i in x], marker="o", label="∅" if grp is None else grp)
     for ax, title in zip(axes, ("prompts with ≥1 correct solution", "distinct correct programs per prompt")):
         ax.set_xticks(range(len(snapshots)), snapshots, rotation=30, ha="right")
         ax.set_title(title)
@@ -193,7 +192,7 @@ def plot_coverage(table: pa.Table, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = table.to_pylist()
-    labels = [f"{r['source']} · {r['run_id']}" for r in rows]
+    labels = [f"{r['source']} · {r['run_id'] or '∅'}" for r in rows]
     fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.5))
     ax.barh(labels, [r["prompts_solved"] for r in rows], label="prompts solved")
     ax.barh(labels, [r["first_solved"] for r in rows], label="solved first")

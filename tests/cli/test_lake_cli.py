@@ -16,22 +16,6 @@ def cells(stdout: str) -> list[list[str]]:
     return [[c.strip() for c in line.split("│")[1:-1]] for line in stdout.splitlines() if line.startswith("│")]
 
 
-@pytest.fixture
-def filled(spolake, tmp_path):
-    """A lake with one prompt and three trajectories (two with imported verdicts), snapshot 'v1' before a fourth."""
-    (tmp_path / "p.jsonl").write_text(json.dumps({"prompt_id": "p1", "task": "countdown", "prompt": "reach 10"}) + "\n")
-    rows = [{"prompt_id": "p1", "response": f"x = {i}", "token_ids": [i, 7], "reward": float(-(i % 2))}
-            for i in range(2)] + [{"prompt_id": "p1", "response": "x = 2"}]
-    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "more.jsonl").write_text(json.dumps({"prompt_id": "p1", "response": "x = 3"}) + "\n")
-    for args in [("prompts", "add", tmp_path / "p.jsonl"), ("ingest", tmp_path / "t.jsonl", "--source", "policy"),
-                 ("snapshot", "create", "v1", "--note", "three rows"),
-                 ("ingest", tmp_path / "more.jsonl", "--source", "human")]:
-        result = spolake(*args)
-        assert result.exit_code == 0, result.stderr
-    return spolake
-
-
 def test_init_is_idempotent(spolake, lake_dir):
     assert spolake("init").exit_code == 0
     assert spolake("init").exit_code == 0
@@ -50,7 +34,7 @@ def test_sql_csv_goes_to_stdout_with_a_header_and_honours_snapshots(filled):
 
 def test_sql_json_and_parquet_outputs(filled, tmp_path):
     result = filled("sql", "SELECT prompt_id, task FROM prompts", "--format", "json")
-    assert [json.loads(line) for line in result.stdout.splitlines()] == [{"prompt_id": "p1", "task": "countdown"}]
+    assert json.loads(result.stdout) == [{"prompt_id": "p1", "task": "countdown"}]
     out = tmp_path / "q.parquet"
     assert filled("sql", "SELECT * FROM evaluations", "--format", "parquet", "--out", out).exit_code == 0
     assert pq.read_table(out).num_rows == 2

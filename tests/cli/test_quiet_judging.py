@@ -17,7 +17,7 @@ def test_evaluate_shows_no_syntax_warnings_of_candidates(tmp_path):
         return done
 
     spolake("prompts", "add", "--dataset", "humaneval", "--limit", "1")
-    pid = json.loads(spolake("sql", "SELECT prompt_id FROM prompts", "--format", "json").stdout)["prompt_id"]
+    (pid,) = [r["prompt_id"] for r in json.loads(spolake("sql", "SELECT prompt_id FROM prompts", "--format", "json").stdout)]
     code = "def has_close_elements(numbers, threshold):\n    x = 2(3)\n    return '\\d' == x\n"  # two warnings
     (tmp_path / "w.jsonl").write_text(json.dumps({"prompt_id": pid, "response_text": code}) + "\n")
     spolake("ingest", str(tmp_path / "w.jsonl"))

@@ -30,7 +30,7 @@ def test_the_readme_tour_runs_as_written(tmp_path, tiny_model_dir):
     train = [line for line in script.splitlines() if line.startswith("spolake train ")]
     assert len(train) == 1
     script = script.replace(train[0], train[0] + SHORTEN_TRAINING)
-    for shared in ("examples", "configs", "pipelines"):
+    for shared in ("examples", "configs"):
         (tmp_path / shared).symlink_to(ROOT / shared)
     (tmp_path / ".venv").symlink_to(sys.prefix)  # the environment running the tests, as scripts/setup.sh makes it
     shutil.copytree(tiny_model_dir, tmp_path / "models" / "pi0")

@@ -37,7 +37,7 @@ def read_loop(root: str, stop: threading.Event, seen: dict[str, set[int]], failu
                 if len(errors) != 1 or "Traceback" in done.stderr:
                     failures.append(done.stderr)
             elif snap:
-                seen[snap].add(json.loads(done.stdout)["n"])
+                seen[snap].add(json.loads(done.stdout)[0]["n"])
         listed = subprocess.run([SPOLAKE, "--lake", root, "snapshot", "list", "--format", "json"],
                                 capture_output=True, text=True, timeout=1200)
         for s in json.loads(listed.stdout) if listed.returncode == 0 else []:

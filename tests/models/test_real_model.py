@@ -17,7 +17,7 @@ from spo_lake.models.identity import model_identity
 from spo_lake.models.importing import SOURCE_FILE, import_model, packaged_gguf, sha256_file
 from spo_lake.models.tokens import render_prompt
 from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
-from spo_lake.pipelines.evaluate import evaluate
+from spo_lake.pipelines.judge import judge
 from spo_lake.pipelines.pts import pts
 from spo_lake.pipelines.q0 import q0
 from spo_lake.pipelines.refprobs import refprobs
@@ -41,7 +41,7 @@ def lake(tmp_path_factory, policy) -> Lake:
     """Two pyfunc problems (with their reference solutions, judged) and two π0 samples of each, judged."""
     lake = Lake.init(tmp_path_factory.mktemp("real") / "lake")
     ingest_dataset(lake, "pyfunc", None, n=2, seed=0)
-    evaluate(lake, where="t.source = 'human'", show_progress=False)
+    judge(lake, where="t.source = 'human'", show_progress=False)
     sample(lake, policy, n=2, max_new_tokens=TOKENS, evaluate=True, workers=1, show_progress=False)
     return lake
 

@@ -15,7 +15,7 @@ from spo_lake.cli.app import app
 from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
-from spo_lake.pipelines.evaluate import evaluate
+from spo_lake.pipelines.judge import judge
 from spo_lake.pipelines.q0 import q0
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
 from spo_lake.pipelines.sample import sample
@@ -93,7 +93,7 @@ def test_ray_samples_and_judges_the_same_rows_as_local(ray_instance, policy, tmp
         add_responses(lake, [{"prompt_id": r["prompt_id"], "response": r["response_text"]} for r in rows]
                       + [{"prompt_id": pid, "response": "1 + 1"} for pid in sorted({r["prompt_id"] for r in rows})],
                       source="import")
-        report = evaluate(lake, executor=kind, show_progress=False)
+        report = judge(lake, executor=kind, show_progress=False)
         assert report.evaluated == 13 + 13 + 6 and report.already_done == 18
     for source, passed in [("human", [True] * 13), ("import", [False] * 6 + [True] * 13)]:
         judged = {kind: verdicts(lake, source) for kind, lake in lakes.items()}

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.tokens import render_prompt
 from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
-from spo_lake.pipelines.evaluate import evaluate
+from spo_lake.pipelines.judge import judge
 from spo_lake.pipelines.pts import pts, search
 from spo_lake.pipelines.q0 import latest_prompt_values, q0
 from spo_lake.tasks import Problem
@@ -83,7 +83,7 @@ def policy(fast_model_dir) -> TransformersPolicy:
 def test_pts_on_the_tiny_model_writes_consistent_values_pivots_and_rollouts(countdown_lake, policy):
     lake, k, threshold = countdown_lake, 4, 0.25
     q0(lake, policy, k=8, max_new_tokens=12, where="p.prompt_id <> 'countdown/0/3'", show_progress=False)
-    evaluate(lake, where="t.source = 'human'", show_progress=False)  # the solver's answers, judged by countdown
+    judge(lake, where="t.source = 'human'", show_progress=False)  # the solver's answers, judged by countdown
     # one solver answer for each of three prompts, the last without a q0 estimate
     searched_where = """t.trajectory_id IN (SELECT min(trajectory_id) FROM trajectories WHERE source = 'human'
                         AND prompt_id IN ('countdown/0/0', 'countdown/0/1', 'countdown/0/3') GROUP BY prompt_id)"""
@@ -143,7 +143,7 @@ def test_pts_says_why_it_skips_trajectories(countdown_lake, policy):
     unverified = pts(lake, policy, k=2, where=humans, s0_range=(0.0, 1.0), show_progress=False)
     assert unverified.searched == 0 and unverified.not_verified == n  # only the imported verdicts so far
 
-    evaluate(lake, where=humans, show_progress=False)
+    judge(lake, where=humans, show_progress=False)
     s0 = latest_prompt_values(lake, policy.model_id)[0]
     s0 = s0["n_success"] / s0["n"]
     outside = (0.0, s0 - 0.01) if s0 > 0.5 else (s0 + 0.01, 1.0)
@@ -157,7 +157,7 @@ def test_pts_skips_responses_longer_than_the_generation_limit_instead_of_faking_
     lake = countdown_lake
     humans = "t.source = 'human' AND t.prompt_id = 'countdown/0/1'"
     q0(lake, policy, k=4, max_new_tokens=12, where="p.prompt_id = 'countdown/0/1'", show_progress=False)
-    evaluate(lake, where=humans, show_progress=False)
+    judge(lake, where=humans, show_progress=False)
     rows = lake.sql(f"SELECT * FROM ({TRAJECTORY_WITH_PROMPT}) t WHERE {humans}").to_pylist()
     lengths = [len(policy.tokenize_response(render_prompt(Problem.from_row(r)), r["response_text"])[1]) for r in rows]
     limit = min(lengths) - 1  # every solver answer is longer than this

@@ -1,6 +1,6 @@
 from math import comb
 
-from spo_lake.pipelines.evaluate import evaluate
+from spo_lake.pipelines.judge import judge
 from spo_lake.pipelines.report import passk_counts, passk_table
 from tests.helpers import add_responses
 
@@ -13,7 +13,7 @@ def test_passk_report_matches_brute_force(countdown_lake):
         sol = lake.sql(f"SELECT response_text FROM trajectories WHERE prompt_id = '{pid}' LIMIT 1").to_pylist()[0]["response_text"]
         rows += [{"prompt_id": pid, "response": sol}] * (i + 1) + [{"prompt_id": pid, "response": "1+1+1+1+1"}] * 2
     add_responses(lake, rows, model="m1")
-    evaluate(lake, show_progress=False)
+    judge(lake, show_progress=False)
     counts = [r for r in passk_counts(lake, "source") if r["grp"] == "reference"]
     assert sorted((r["n"], r["c"]) for r in counts) == [(3, 1), (4, 2), (5, 3)]
     table = {r["group"]: r for r in passk_table(passk_counts(lake, "source"), [1, 4]).to_pylist()}

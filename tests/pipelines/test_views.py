@@ -9,7 +9,7 @@ from spo_lake.demo.chain import _known
 from spo_lake.ingest import TRAJECTORY_FIELDS, from_records, ingest_trajectories, located
 from spo_lake.lake import Lake
 from spo_lake.pipelines.dedup import dedup
-from spo_lake.pipelines.evaluate import evaluate
+from spo_lake.pipelines.judge import judge
 from spo_lake.pipelines.views import (
     coverage,
     first_solved,
@@ -27,7 +27,7 @@ def add(lake: Lake, rows: list[tuple[str, str]], source: str, run_id: str) -> No
     records = [{"prompt_id": f"countdown/0/{p}", "response": r} for p, r in rows]
     batch = from_records(located(records, "test"), TRAJECTORY_FIELDS, "trajectories")
     ingest_trajectories(lake, batch, source=source, defaults={"model": "m", "run_id": run_id})
-    evaluate(lake, show_progress=False)
+    judge(lake, show_progress=False)
     dedup(lake, show_progress=False)
 
 
@@ -36,7 +36,7 @@ def lake(countdown_lake) -> Lake:
     """Solver solutions (s0), then a reference pass (s1), then a training run's rollouts (s2), and π0's Q0 counts.
     Prompt 0's solution is 9+2*17, prompt 2's is 11+7; '(x)' is the same value but another program."""
     lake = countdown_lake
-    evaluate(lake, show_progress=False)
+    judge(lake, show_progress=False)
     dedup(lake, show_progress=False)
     lake.snapshot("s0")
     add(lake, [(0, "1+1"), (2, "11+7"), (2, "11 + 7"), (2, "(11+7)")], "reference", "p1")

@@ -20,7 +20,7 @@ from spo_lake.tasks.judge import verdict_row
 
 
 @dataclass(frozen=True)
-class EvaluateReport:
+class JudgeReport:
     evaluated: int
     passed: int
     already_done: int
@@ -69,9 +69,9 @@ def pending(lake: Lake, where: str | None = None) -> tuple[list[tuple[str, str, 
     return todo, done, skipped
 
 
-def evaluate(lake: Lake, *, where: str | None = None, options: SandboxOptions = SandboxOptions(),
-             workers: int | None = None, flush_rows: int = 500, show_progress: bool = True, executor: str = "local",
-             ray_address: str | None = None) -> EvaluateReport:
+def judge(lake: Lake, *, where: str | None = None, options: SandboxOptions = SandboxOptions(),
+          workers: int | None = None, flush_rows: int = 500, show_progress: bool = True, executor: str = "local",
+          ray_address: str | None = None) -> JudgeReport:
     """Judge every pending trajectory (`where` is SQL over trajectories t joined with prompts p); `executor` 'ray'
     judges in Ray tasks, with the same verdicts as 'local'. Prompts that cannot be judged are counted, by reason."""
     todo, already, skipped = pending(lake, where)
@@ -90,4 +90,4 @@ def evaluate(lake: Lake, *, where: str | None = None, options: SandboxOptions = 
             bar.update(task_id, advance=len(verdicts), pass_rate=f"{passed / finished:.1%}")
 
         running.judge([(p, resp) for _, _, p, resp in todo], options, on_done)
-    return EvaluateReport(evaluated=len(todo), passed=passed, already_done=already, skipped=dict(skipped))
+    return JudgeReport(evaluated=len(todo), passed=passed, already_done=already, skipped=dict(skipped))

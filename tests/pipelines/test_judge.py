@@ -1,5 +1,5 @@
 
-from spo_lake.pipelines.evaluate import evaluate, pending
+from spo_lake.pipelines.judge import judge, pending
 from spo_lake.tasks import Problem, SandboxOptions, get_task
 from tests.helpers import add_responses
 
@@ -9,7 +9,7 @@ def _problem(lake, prompt_id):
     return Problem.from_row(row)
 
 
-def test_evaluate_judges_every_trajectory_once(countdown_lake):
+def test_judge_judges_every_trajectory_once(countdown_lake):
     lake = countdown_lake
     p0 = _problem(lake, "countdown/0/0")
     a, b = p0.tests["numbers"][:2]
@@ -20,7 +20,7 @@ def test_evaluate_judges_every_trajectory_once(countdown_lake):
         {"prompt_id": p0.prompt_id, "response": f"Let me think.\n{a} + {b}"},        # answer on the last line
     ])
     humans = lake.sql("SELECT count(*) AS n FROM trajectories WHERE source = 'human'").to_pylist()[0]["n"]
-    report = evaluate(lake, show_progress=False)
+    report = judge(lake, show_progress=False)
     assert report.evaluated == humans + 4 and report.already_done == 0
     rows = lake.sql("""SELECT t.source, t.response_text, e.* FROM evaluations e JOIN trajectories t USING (trajectory_id)
                        WHERE e.verifier = 'countdown'""").to_pylist()
@@ -35,22 +35,22 @@ def test_evaluate_judges_every_trajectory_once(countdown_lake):
     # imported human verdicts stay as their own rows; the real verifier adds rows beside them
     assert lake.sql("SELECT count(*) AS n FROM evaluations WHERE verifier = 'imported'").to_pylist()[0]["n"] == humans
 
-    again = evaluate(lake, show_progress=False)
+    again = judge(lake, show_progress=False)
     assert again.evaluated == 0 and again.already_done == humans + 4
 
 
-def test_evaluate_where_selects_and_resumes(countdown_lake):
+def test_judge_where_selects_and_resumes(countdown_lake):
     lake = countdown_lake
-    first = evaluate(lake, where="t.prompt_id = 'countdown/0/0'", show_progress=False)
+    first = judge(lake, where="t.prompt_id = 'countdown/0/0'", show_progress=False)
     todo, done, _ = pending(lake)
     assert done == first.evaluated and len(todo) > 0
-    rest = evaluate(lake, show_progress=False)
+    rest = judge(lake, show_progress=False)
     assert rest.evaluated == len(todo)
 
 
 def test_verdict_matches_task_verify(countdown_lake):
     lake = countdown_lake
-    evaluate(lake, show_progress=False)
+    judge(lake, show_progress=False)
     row = lake.sql("""SELECT t.response_text, t.prompt_id, e.passed FROM evaluations e JOIN trajectories t USING (trajectory_id)
                       WHERE e.verifier = 'countdown' ORDER BY t.trajectory_id LIMIT 1""").to_pylist()[0]
     direct = get_task("countdown").verify(_problem(lake, row["prompt_id"]), row["response_text"], SandboxOptions())
@@ -71,24 +71,24 @@ def test_poison_and_failed_judgments_are_recorded_and_a_rerun_has_nothing_pendin
         "import os\ndef has_close_elements(numbers, threshold):\n    os.write(4, b'{\"error\": \"\\\\ud800\\xff\"}\\n')\n",
     ]
     add_responses(lake, [{"prompt_id": prompt_id, "response": f"```python\n{p}```"} for p in poisons])
-    first = evaluate(lake, options=SandboxOptions(timeout_s=3), show_progress=False)
+    first = judge(lake, options=SandboxOptions(timeout_s=3), show_progress=False)
     rows = lake.sql("""SELECT t.response_text, e.verdict, e.passed FROM evaluations e JOIN trajectories t
                        USING (trajectory_id) WHERE e.verifier = 'humaneval'""").to_pylist()
     assert first.evaluated == len(rows) == 4  # the human solution and the three poisons
     assert sorted(r["passed"] for r in rows) == [False, False, False, True]
     assert all(r["verdict"] in ("ok", "wrong_answer", "runtime_error") for r in rows)
-    again = evaluate(lake, show_progress=False)
+    again = judge(lake, show_progress=False)
     assert again.evaluated == 0 and again.already_done == first.evaluated + first.already_done
 
 
-def test_evaluate_skips_what_it_cannot_judge_with_a_count_and_reason_and_judges_the_rest(countdown_lake):
+def test_judge_skips_what_it_cannot_judge_with_a_count_and_reason_and_judges_the_rest(countdown_lake):
     lake = countdown_lake
     lake.append("prompts", [{"prompt_id": "imported/0", "task": "countdown", "prompt": "a prompt without tests"},
                             {"prompt_id": "imported/1", "task": "mystery", "prompt": "a task nobody knows",
                              "tests": '{"x": 1}'}])
     add_responses(lake, [{"prompt_id": "imported/0", "response": "1+2"}, {"prompt_id": "imported/0", "response": "3"},
                          {"prompt_id": "imported/1", "response": "x"}])
-    report = evaluate(lake, show_progress=False)
+    report = judge(lake, show_progress=False)
     assert report.skipped == {"prompt has no tests": 2, "unknown task 'mystery'": 1}
     assert report.evaluated > 0 and "skipped 2 (prompt has no tests)" in report.summary()
     assert lake.sql("SELECT count(*) AS n FROM evaluations WHERE trajectory_id IN (SELECT trajectory_id FROM "
