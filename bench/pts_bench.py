@@ -28,6 +28,7 @@ from spo_lake.pipelines.judge import judge
 from spo_lake.pipelines.pts import TOLERANCE, rollouts, search
 from spo_lake.pipelines.q0 import latest_prompt_values, q0
 from spo_lake.pipelines.sample import select_prompts
+from spo_lake.rollouts.engine import RolloutWorker
 from spo_lake.tasks import Problem, SandboxOptions
 
 
@@ -52,7 +53,7 @@ def pts_versus_exhaustive(lake: Lake, model: TransformersPolicy, count: int, k: 
     picked = successful_trajectories(lake, model, count, s0_range)
     if not picked:
         raise SystemExit(f"no successful trajectory with S0 in {s0_range}; widen --s0-range")
-    tok_id, options = tokenizer_id(model), SandboxOptions()
+    tok_id, options, worker = tokenizer_id(model), SandboxOptions(), RolloutWorker(model, None)
     pts_rollouts = all_rollouts = pts_pivots = all_pivots = 0
     started = time.perf_counter()
     for n, (row, s0) in enumerate(picked):
@@ -60,9 +61,9 @@ def pts_versus_exhaustive(lake: Lake, model: TransformersPolicy, count: int, k: 
         problem, T = Problem.from_row(row), len(tokens)
         estimates = {0: s0, T: 1.0}
         for t in range(1, T):
-            drawn = rollouts(model, problem, prompt_ids, tokens[:t], k, max(max_new_tokens - t, 1), seed=n * 1000 + t,
+            drawn = rollouts(worker, problem, prompt_ids, tokens[:t], k, max(max_new_tokens - t, 1), seed=n * 1000 + t,
                              options=options)
-            estimates[t] = sum(r.verdict.passed for r in drawn) / k
+            estimates[t] = sum(bool(r.verdict and r.verdict.passed) for r in drawn) / k
         result = search(T, estimates.__getitem__, threshold)
         pts_rollouts += k * len(set(result.estimates) - {0, T})
         all_rollouts += k * (T - 1)

@@ -1,15 +1,14 @@
 """What a policy is conditioned on and what it emits, as text and token ids: prompt rendering, the tokenizer's
-content id, a stored trajectory's token ids under a given model, and the `trajectories` row of a sampled response."""
+content id, and a stored trajectory's token ids under a given model (a sampled response's row:
+spo_lake.rollouts.engine.Rollout)."""
 from __future__ import annotations
 
 import hashlib
 import json
 from typing import Any
 
-from spo_lake.lake.rows import trajectory_row
-from spo_lake.models.backend import PolicyBackend, SampleResult
+from spo_lake.models.backend import PolicyBackend
 from spo_lake.tasks import Problem, get_task
-from spo_lake.tasks.normalize import response_hash
 
 
 def tokenizer_id(model: PolicyBackend) -> str:
@@ -33,11 +32,3 @@ def trajectory_token_ids(model: PolicyBackend, tok_id: str, row: dict[str, Any])
     if row["token_ids"] is not None and row["tokenizer_id"] == tok_id:
         return model.encode_prompt(prompt), list(row["token_ids"]), False
     return (*model.tokenize_response(prompt, row["response_text"]), True)
-
-
-def sampled_row(result: SampleResult, *, metadata: dict[str, Any], **provenance: Any) -> dict[str, Any]:
-    """The `trajectories` row of a sampled response: its text, token ids and behaviour log-probs, with the
-    provenance (ids, model, run, settings) given by keyword (see `spo_lake.lake.rows.trajectory_row`)."""
-    return trajectory_row(response_text=result.text, token_ids=result.token_ids, behavior_logprobs=result.logprobs,
-                          response_hash=response_hash(result.text),
-                          metadata={"finish_reason": result.finish_reason, **metadata}, **provenance)

@@ -14,7 +14,7 @@ from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.sql import where_clause
 from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
-from spo_lake.pipelines.executor import open_executor
+from spo_lake.rollouts.executors import open_executor
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
 from spo_lake.tasks.judge import verdict_row
 

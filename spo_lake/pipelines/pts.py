@@ -24,16 +24,15 @@ from typing import Any
 from spo_lake.console import progress_bar
 from spo_lake.errors import InputError
 from spo_lake.lake import Lake, Work
-from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id, trajectory_row, values_row
+from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id, values_row
 from spo_lake.lake.sql import where_clause
 from spo_lake.models.backend import PolicyBackend
 from spo_lake.models.identity import weights_identity
 from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
 from spo_lake.pipelines.q0 import latest_prompt_values
-from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
-from spo_lake.tasks.judge import judge_many, verdict_row
-from spo_lake.tasks.normalize import response_hash
+from spo_lake.rollouts.engine import Call, Rollout, RolloutWorker
+from spo_lake.tasks import Problem, SandboxOptions, get_task
 
 # Estimates are ratios like 6/10 and 4/10, whose float difference (0.1999...) must still reach a 0.2 threshold.
 TOLERANCE = 1e-9
@@ -150,24 +149,12 @@ def candidates(lake: Lake, model_id: str, where: str | None, s0_range: tuple[flo
     return out
 
 
-@dataclass(frozen=True)
-class Rollout:
-    token_ids: list[int]  # prefix + continuation
-    text: str  # decode(token_ids)
-    finish_reason: str
-    verdict: Verdict
-
-
-def rollouts(model: PolicyBackend, problem: Problem, prompt_ids: list[int], prefix: list[int], k: int,
-             max_new_tokens: int, seed: int, options: SandboxOptions, workers: int | None = None) -> list[Rollout]:
+def rollouts(worker: RolloutWorker, problem: Problem, prompt_ids: list[int], prefix: list[int], k: int,
+             max_new_tokens: int, seed: int, options: SandboxOptions) -> list[Rollout]:
     """k continuations of prompt + a token-level response prefix from π0 (temperature 1, top-p 1), sampled in one
-    batch (from token ids: a text prompt could not carry the token-exact prefix) and judged in the sandbox."""
-    continuations = model.sample_continuations([prompt_ids + prefix] * k, temperature=1.0, top_p=1.0,
-                                               max_new_tokens=max_new_tokens, seed=seed)
-    texts = [model.tokenizer.decode(prefix + c.token_ids, skip_special_tokens=True) for c in continuations]
-    verdicts = judge_many([(problem, text) for text in texts], options, workers)
-    return [Rollout(prefix + c.token_ids, text, c.finish_reason, v)
-            for c, text, v in zip(continuations, texts, verdicts)]
+    batch and judged in the sandbox; each rollout's response is the prefix and its continuation."""
+    call = Call([problem], [prompt_ids + prefix], [1.0], 1.0, max_new_tokens, seed, n=k, prefixes=[prefix])
+    return worker.rollout(0, call, options)[1]
 
 
 @dataclass(frozen=True)
@@ -180,8 +167,8 @@ class _Searcher:
     k: int
     max_new_tokens: int
     seed: int
+    worker: RolloutWorker
     options: SandboxOptions
-    workers: int | None
 
     def estimate(self, job: _Search, t: int) -> float:
         """S(t): the q0 count at t = 0, the verdict at t = T, else k rollouts from the prefix."""
@@ -194,20 +181,16 @@ class _Searcher:
         call_seed = derive_seed(self.seed, "pts", tid, t)
         # A continuation may use what a full response from the prompt may: max_new_tokens in all (the caller
         # only searches responses that fit, so every continuation can at least reach the searched one's length).
-        drawn = rollouts(self.model, job.problem, job.prompt_ids, job.response_ids[:t], self.k,
-                         self.max_new_tokens - t, call_seed, self.options, self.workers)
-        verifier = get_task(job.problem.task).verifier_name(job.problem)
+        drawn = rollouts(self.worker, job.problem, job.prompt_ids, job.response_ids[:t], self.k,
+                         self.max_new_tokens - t, call_seed, self.options)
         for i, r in enumerate(drawn):
             rollout_id = sampled_id(weights_identity(self.model.model_id), pid, i, tid, t, call_seed, r.token_ids)
-            meta = {"finish_reason": r.finish_reason, "seed": self.seed, "call_seed": call_seed, "sample_index": i}
-            job.rows["evaluations"].append(verdict_row(rollout_id, verifier, r.verdict))
-            job.rows["trajectories"].append(trajectory_row(
-                trajectory_id=rollout_id, prompt_id=pid, source="pts_rollout", model_id=self.model.model_id,
-                run_id=self.run_id, policy_version=0, temperature=1.0, top_p=1.0, response_text=r.text,
-                token_ids=r.token_ids, tokenizer_id=self.tok_id, response_hash=response_hash(r.text),
-                # behaviour log-probs stay null: only the continuation was sampled from π0, the prefix was not
-                behavior_logprobs=None, prefix_trajectory_id=tid, prefix_position=t, metadata=meta))
-        successes = sum(r.verdict.passed for r in drawn)
+            job.rows["evaluations"].append(r.evaluation(rollout_id))
+            job.rows["trajectories"].append(r.trajectory(
+                trajectory_id=rollout_id, source="pts_rollout", model_id=self.model.model_id, run_id=self.run_id,
+                policy_version=0, tokenizer_id=self.tok_id, prefix_trajectory_id=tid, prefix_position=t,
+                metadata={"seed": self.seed, "call_seed": call_seed, "sample_index": i}))
+        successes = sum(bool(r.verdict and r.verdict.passed) for r in drawn)
         job.rows["values"].append(self._value_row(job, t, self.k, successes))
         return successes / self.k
 
@@ -241,7 +224,8 @@ def pts(lake: Lake, model: PolicyBackend, *, k: int = 10, threshold: float = 0.2
               "s0_range": list(s0_range), "max_new_tokens": max_new_tokens, "seed": seed}
     with recorded_run(lake, "pts", config) as run, progress_bar("pivots", "rollouts", disable=not show_progress) as bar:
         report.run_id = run.run_id
-        searcher = _Searcher(model, tok_id, run.run_id, k, max_new_tokens, seed, options, workers)
+        searcher = _Searcher(model, tok_id, run.run_id, k, max_new_tokens, seed, RolloutWorker(model, workers),
+                             options)
         task_id = bar.add_task("pts", total=len(todo), pivots=0, rollouts=0)
         pending: list[_Search] = []
         last_commit = time.monotonic()

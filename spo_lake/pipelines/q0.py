@@ -17,8 +17,8 @@ from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import recorded_run, values_row
 from spo_lake.models.backend import PolicyBackend
 from spo_lake.pipelines.common import sample_quota
-from spo_lake.pipelines.executor import open_executor
 from spo_lake.pipelines.sample import Request, SampleReport, SampleSettings, draw, select_prompts
+from spo_lake.rollouts.executors import open_executor
 from spo_lake.scores import PAPER_BETA, q0_from_counts
 from spo_lake.tasks import Problem, SandboxOptions, get_task
 

@@ -12,7 +12,6 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from spo_lake.console import progress_bar
 from spo_lake.errors import InputError
@@ -20,13 +19,13 @@ from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id
 from spo_lake.lake.sql import where_clause
-from spo_lake.models.backend import PolicyBackend, SampleResult
+from spo_lake.models.backend import PolicyBackend
 from spo_lake.models.identity import weights_identity
-from spo_lake.models.tokens import render_prompt, sampled_row, tokenizer_id
+from spo_lake.models.tokens import render_prompt, tokenizer_id
 from spo_lake.pipelines.common import sample_quota
-from spo_lake.pipelines.executor import Call, LocalExecutor, RayExecutor, open_executor
-from spo_lake.tasks import Problem, SandboxOptions, get_task
-from spo_lake.tasks.judge import verdict_row
+from spo_lake.rollouts.engine import Call, Rollout
+from spo_lake.rollouts.executors import Executor, open_executor
+from spo_lake.tasks import Problem, SandboxOptions
 
 
 def select_prompts(lake: Lake, where: str | None) -> list[Problem]:
@@ -104,16 +103,15 @@ def existing_counts(lake: Lake, model_id: str, settings: SampleSettings) -> dict
 
 
 def draw(model: PolicyBackend, requests: Sequence[Request], settings: SampleSettings, out: BufferedAppender, *,
-         run_id: str, report: SampleReport, executor: LocalExecutor | RayExecutor,
-         evaluate: SandboxOptions | None = None, batch: int = 64, show_progress: bool = True,
-         label: str = "sample") -> None:
+         run_id: str, report: SampleReport, executor: Executor, evaluate: SandboxOptions | None = None,
+         batch: int = 64, show_progress: bool = True, label: str = "sample") -> None:
     """Sample every request (in batches of `batch`, each request at its own temperature) on `executor` and add
     trajectories (and, with `evaluate`, their evaluations, added first) to `out`; counts go into `report`. `label`
     names the progress bar and separates the random streams of different pipelines (q0 and sample never replay each
     other's draws)."""
     chunks = [requests[start:start + batch] for start in range(0, len(requests), batch)]
     # A call's seed is a function of its own settings and first request, whichever worker runs it.
-    calls = [Call([render_prompt(r.problem, settings.template) for r in chunk], [r.problem for r in chunk],
+    calls = [Call([r.problem for r in chunk], [render_prompt(r.problem, settings.template) for r in chunk],
                   [r.temperature for r in chunk], settings.top_p, settings.max_new_tokens,
                   derive_seed(settings.seed, label, settings.source, settings.template, chunk[0].temperature,
                               settings.top_p, chunk[0].problem.prompt_id, chunk[0].index))
@@ -122,37 +120,32 @@ def draw(model: PolicyBackend, requests: Sequence[Request], settings: SampleSett
     started = time.perf_counter()
     with progress_bar("tokens_per_s", disable=not show_progress) as bar:
         task_id = bar.add_task(label, total=len(requests), tokens_per_s="-")
-        for index, results, verdicts in executor.rollouts(calls, evaluate):
+        for index, rollouts in executor.rollouts(calls, evaluate):
             chunk, call_seed = chunks[index], calls[index].seed
-            rows = [_trajectory_row(model.model_id, tok_id, run_id, settings, r, res, call_seed)
-                    for r, res in zip(chunk, results)]
-            if verdicts is not None:
-                out.add("evaluations", [verdict_row(row["trajectory_id"], _verifier(r.problem), v)
-                                        for row, r, v in zip(rows, chunk, verdicts)])
-                report.evaluated += len(verdicts)
-                report.passed += sum(v.passed for v in verdicts)
-            out.add("trajectories", rows)
-            report.sampled += len(rows)
-            report.tokens += sum(len(res.token_ids) for res in results)
+            ids = [_trajectory_id(model.model_id, settings, r, rollout, call_seed)
+                   for r, rollout in zip(chunk, rollouts)]
+            if evaluate is not None:
+                out.add("evaluations", [rollout.evaluation(tid) for tid, rollout in zip(ids, rollouts)])
+                report.evaluated += len(rollouts)
+                report.passed += sum(rollout.verdict.passed for rollout in rollouts if rollout.verdict)
+            out.add("trajectories", [rollout.trajectory(
+                trajectory_id=tid, source=settings.source, model_id=model.model_id, run_id=run_id, policy_version=0,
+                tokenizer_id=tok_id, metadata={
+                    "seed": settings.seed, "call_seed": call_seed, "sample_index": r.index,
+                    "template": settings.template, "max_new_tokens": settings.max_new_tokens,
+                    "temperature_range": list(settings.temperature_range) if settings.temperature_range else None})
+                for tid, r, rollout in zip(ids, chunk, rollouts)])
+            report.sampled += len(rollouts)
+            report.tokens += sum(len(rollout.token_ids) for rollout in rollouts)
             report.seconds = time.perf_counter() - started
             bar.update(task_id, advance=len(chunk), tokens_per_s=f"{report.tokens / report.seconds:.0f}")
 
 
-def _verifier(problem: Problem) -> str:
-    return get_task(problem.task).verifier_name(problem)
-
-
-def _trajectory_row(model_id: str, tok_id: str, run_id: str, settings: SampleSettings, request: Request,
-                    result: SampleResult, call_seed: int) -> dict[str, Any]:
-    pid = request.problem.prompt_id
-    meta = {"seed": settings.seed, "call_seed": call_seed, "sample_index": request.index,
-            "template": settings.template, "max_new_tokens": settings.max_new_tokens,
-            "temperature_range": list(settings.temperature_range) if settings.temperature_range else None}
-    tid = sampled_id(weights_identity(model_id), pid, request.index, settings.source, call_seed, request.temperature,
-                     settings.top_p, settings.max_new_tokens, settings.template, list(result.token_ids))
-    return sampled_row(result, trajectory_id=tid, prompt_id=pid,
-                       source=settings.source, model_id=model_id, run_id=run_id, policy_version=0,
-                       temperature=request.temperature, top_p=settings.top_p, tokenizer_id=tok_id, metadata=meta)
+def _trajectory_id(model_id: str, settings: SampleSettings, request: Request, rollout: Rollout,
+                   call_seed: int) -> str:
+    return sampled_id(weights_identity(model_id), request.problem.prompt_id, request.index, settings.source,
+                      call_seed, request.temperature, settings.top_p, settings.max_new_tokens, settings.template,
+                      list(rollout.token_ids))
 
 
 def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int = 1, temperature: float = 1.0,

@@ -139,8 +139,8 @@ class RolloutConfig:
     sandbox_memory_mb: int = 512
     judge_workers: int = 2
     backend: str = _key("rollout_backend", "transformers")  # what samples the online rollouts: transformers | vllm
-    # where the rollout policy samples: local = a thread of the trainer process; ray = a Ray actor that is sent each
-    # new policy version (spo_lake.rl.ray_rollout). Judging and write-back stay in the trainer process.
+    # where the rollout policy samples and judges: local = a thread of the trainer process; ray = a Ray actor that is
+    # sent each new policy version (spo_lake.rollouts.executors). Planning and write-back stay in the trainer process.
     executor: str = "local"
     ray_address: str = ""  # executor = "ray": the Ray cluster to join; "" = start a local instance
 

@@ -16,11 +16,12 @@ from spo_lake.lake import Lake, Snapshot
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import derive_seed, recorded_run, sampled_id
 from spo_lake.lake.sql import where_clause
-from spo_lake.models.backend import PolicyBackend, SampleResult
-from spo_lake.models.tokens import render_prompt, sampled_row, tokenizer_id
+from spo_lake.models.backend import PolicyBackend
+from spo_lake.models.tokens import render_prompt, tokenizer_id
+from spo_lake.rollouts.engine import Call, Rollout
+from spo_lake.rollouts.executors import LocalExecutor
 from spo_lake.scores import mean_pass_at_k
-from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
-from spo_lake.tasks.judge import judge_many, verdict_row
+from spo_lake.tasks import Problem, SandboxOptions
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class EvalSettings:
 class EvalResult:
     pass_at_k: dict[int, float]  # mean over problems
     per_problem: list[tuple[str, int, int]]  # (prompt_id, n, correct)
-    samples: list[tuple[Problem, SampleResult, Verdict]] = field(repr=False, default_factory=list)
+    samples: list[Rollout] = field(repr=False, default_factory=list)  # judged, grouped by problem
     mean_reward: float = 0.0
     seconds: float = 0.0
 
@@ -67,23 +68,22 @@ def evaluate_policy(policy: PolicyBackend, problems: Sequence[Problem], settings
     if not problems:
         raise InputError("eval: no problems selected")
     started = time.perf_counter()
-    samples: list[tuple[Problem, SampleResult]] = []
-    for start in range(0, len(problems), settings.batch_prompts):
-        chunk = list(problems[start : start + settings.batch_prompts])
-        results = policy.sample([render_prompt(p) for p in chunk], n=settings.n, temperature=settings.temperature,
-                                top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
-                                seed=derive_seed(settings.seed, "eval", chunk[0].prompt_id))
-        samples += [(chunk[r.prompt_index], r) for r in results]
-    verdicts = judge_many([(p, r.text) for p, r in samples], options, workers)
+    chunks = [list(problems[start : start + settings.batch_prompts])
+              for start in range(0, len(problems), settings.batch_prompts)]
+    calls = [Call(chunk, [render_prompt(p) for p in chunk], [settings.temperature] * len(chunk), settings.top_p,
+                  settings.max_new_tokens, derive_seed(settings.seed, "eval", chunk[0].prompt_id), n=settings.n)
+             for chunk in chunks]
+    samples = [r for _, rollouts in LocalExecutor(policy, workers).rollouts(calls, options) for r in rollouts]
+    verdicts = [r.verdict for r in samples if r.verdict is not None]
     correct: dict[str, int] = {p.prompt_id: 0 for p in problems}
-    for (problem, _), verdict in zip(samples, verdicts):
-        correct[problem.prompt_id] += verdict.passed
+    for rollout, verdict in zip(samples, verdicts):
+        correct[rollout.problem.prompt_id] += verdict.passed
     per_problem = [(pid, settings.n, c) for pid, c in correct.items()]
     ns, cs = [n for _, n, _ in per_problem], [c for _, _, c in per_problem]
     return EvalResult(
         pass_at_k={k: mean_pass_at_k(ns, cs, k) for k in settings.ks},
         per_problem=per_problem,
-        samples=[(p, r, v) for (p, r), v in zip(samples, verdicts)],
+        samples=samples,
         mean_reward=sum(v.reward for v in verdicts) / len(verdicts),
         seconds=time.perf_counter() - started,
     )
@@ -116,12 +116,12 @@ def _sample_rows(policy: PolicyBackend, run_id: str, settings: EvalSettings,
     tok_id = tokenizer_id(policy)
     seen: dict[str, int] = {}
     rows = []
-    for problem, sample, verdict in result.samples:
-        index = seen[problem.prompt_id] = seen.get(problem.prompt_id, -1) + 1
-        tid = sampled_id(run_id, problem.prompt_id, index)
-        trajectory = sampled_row(
-            sample, trajectory_id=tid, prompt_id=problem.prompt_id, source="policy", model_id=policy.model_id,
-            run_id=run_id, policy_version=None, temperature=settings.temperature, top_p=settings.top_p,
+    for rollout in result.samples:
+        pid = rollout.problem.prompt_id
+        index = seen[pid] = seen.get(pid, -1) + 1
+        tid = sampled_id(run_id, pid, index)
+        trajectory = rollout.trajectory(
+            trajectory_id=tid, source="policy", model_id=policy.model_id, run_id=run_id, policy_version=None,
             tokenizer_id=tok_id, metadata={"sample_index": index, "seed": settings.seed, "eval": True})
-        rows.append((verdict_row(tid, get_task(problem.task).verifier_name(problem), verdict), trajectory))
+        rows.append((rollout.evaluation(tid), trajectory))
     return rows

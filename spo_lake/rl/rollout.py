@@ -17,23 +17,21 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from spo_lake.lake import Lake, Snapshot
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import derive_seed, sampled_id
-from spo_lake.models.backend import PolicyBackend, SampleResult, TransformersPolicy
-from spo_lake.models.tokens import render_prompt, sampled_row, tokenizer_id
+from spo_lake.models.backend import TransformersPolicy, encode_prompt
+from spo_lake.models.tokens import render_prompt, tokenizer_id
 from spo_lake.rl.data import LakeStream, fetch_problems, q0_or_nan
 from spo_lake.rl.distributed import World
 from spo_lake.rl.examples import Example
-from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
-from spo_lake.tasks.judge import judge_many, verdict_row
-
-if TYPE_CHECKING:
-    from spo_lake.rl.ray_rollout import RayPolicy
+from spo_lake.rollouts.engine import Call, Rollout
+from spo_lake.rollouts.executors import Executor, LocalExecutor
+from spo_lake.tasks import SandboxOptions
 
 
 def behaviour_version(step: int, interval: int, lag: int) -> int:
@@ -146,20 +144,23 @@ class RolloutSettings:
     inject_per_group: int = 0
 
 
-class RolloutWorker(threading.Thread):
-    """Generates steps start..end-1 in order into a bounded queue (at most `lag` + 1 steps ahead)."""
+class RolloutThread(threading.Thread):
+    """Generates steps start..end-1 in order into a bounded queue (at most `lag` + 1 steps ahead): plans each step,
+    has its executor sample and judge it with the step's policy version, and packages examples and lake rows."""
 
     def __init__(self, policy: TransformersPolicy, versions: PolicyVersions, settings: RolloutSettings,
-                 start: int, end: int, sampler: PolicyBackend | RayPolicy | None = None):
+                 start: int, end: int, executor: Executor | None = None):
         super().__init__(name="rollout-worker", daemon=True)
-        # The behaviour policy is a separate module whose weights are the published versions' tensors (loaded with
-        # assign=True before the first sample): the trainer updates its own model while this one samples. Until then
-        # it shares the trainer's parameters (the memo), so building it copies no weights. The tokenizer is copied
-        # too: a fast tokenizer used from two threads at once can fail ("Already borrowed").
+        # By default the behaviour policy is a separate module in this process whose weights are the published
+        # versions' tensors (loaded with assign=True before the first sample): the trainer updates its own model
+        # while this one samples. Until then it shares the trainer's parameters (the memo), so building it copies no
+        # weights. The tokenizer is copied too: a fast tokenizer used from two threads at once can fail ("Already
+        # borrowed"). Or `executor`, over another backend of the same model (vLLM) or on Ray: it takes each
+        # version's weights the same way, so which weights a step uses is the schedule's alone.
         shared = {id(t): t for t in [*policy.model.parameters(), *policy.model.buffers()]}
-        # Or `sampler`, another backend of the same model (vLLM): it takes each version's weights the same way.
-        self.policy: PolicyBackend | RayPolicy = sampler or TransformersPolicy(copy.deepcopy(policy.model, shared),
-                                                    copy.deepcopy(policy.tokenizer), policy.model_id)
+        self.tokenizer = copy.deepcopy(policy.tokenizer)
+        self.executor: Executor = executor or LocalExecutor(TransformersPolicy(
+            copy.deepcopy(policy.model, shared), self.tokenizer, policy.model_id), settings.judge_workers)
         self.versions, self.settings, self.start_step, self.end_step = versions, settings, start, end
         self.tok_id = tokenizer_id(policy)
         self.out: queue.Queue = queue.Queue(maxsize=settings.schedule.lag + 1)
@@ -194,18 +195,16 @@ class RolloutWorker(threading.Thread):
         if weights is None:
             return None
         if version != self.loaded:
-            self.policy.load_weights(weights)
+            self.executor.load_weights(weights)
             self.loaded = version
         chosen, temperature, sample_seed = s.schedule.plan(step, len(s.prompts))
         entries = [s.prompts[i] for i in chosen]
         problems = fetch_problems(con, sorted({pid for pid, _, _ in entries}))
         texts = [render_prompt(problems[pid]) for pid, _, _ in entries]
-        results = self.policy.sample(texts, n=s.schedule.samples_per_prompt, temperature=temperature,
-                                     top_p=s.schedule.top_p, max_new_tokens=s.schedule.max_new_tokens,
-                                     stop=list(s.schedule.stop) or None, seed=sample_seed)
-        verdicts = judge_many([(problems[entries[r.prompt_index][0]], r.text) for r in results], s.options,
-                              s.judge_workers)
-        out = self._package(step, version, temperature, entries, problems, texts, results, verdicts)
+        call = Call([problems[pid] for pid, _, _ in entries], texts, [temperature] * len(texts), s.schedule.top_p,
+                    s.schedule.max_new_tokens, sample_seed, n=s.schedule.samples_per_prompt, stop=s.schedule.stop)
+        ((_, rollouts),) = self.executor.rollouts([call], s.options)
+        out = self._package(step, version, temperature, entries, texts, rollouts)
         if s.inject is not None:
             out.injected = self._inject(step, version, [pid for pid, _, _ in entries])
         return out
@@ -220,38 +219,38 @@ class RolloutWorker(threading.Thread):
                   for group, pid in enumerate(prompt_ids) for e in rows.get(pid, [])]
         if not joined:
             return []
-        scored = self.policy.score([e.prompt_ids for e in joined], [e.response_ids for e in joined])
+        scored = self.executor.score([e.prompt_ids for e in joined], [e.response_ids for e in joined])
         return [dataclasses.replace(e, policy_logprobs=list(lp)) for e, lp in zip(joined, scored)]
 
-    def _package(self, step: int, version: int, temperature: float, entries, problems: dict[str, Problem],
-                 texts: list[str], results: list[SampleResult], verdicts: list[Verdict]) -> Rollouts:
+    def _package(self, step: int, version: int, temperature: float, entries, texts: list[str],
+                 rollouts: list[Rollout]) -> Rollouts:
         s = self.settings
-        prompt_ids = [self.policy.encode_prompt(t) for t in texts]
-        policy_lps = self._policy_logprobs(prompt_ids, results)
+        prompt_ids = [encode_prompt(self.tokenizer, t) for t in texts]
+        policy_lps = self._policy_logprobs(prompt_ids, rollouts)
         out = Rollouts(step, version, temperature, [], [], [])
-        first = s.schedule.shard * len(results)  # sample indices count across the shards of a step
-        for index, (result, verdict) in enumerate(zip(results, verdicts)):
-            pid, q0_n, q0_success = entries[result.prompt_index]
-            problem = problems[pid]
+        first = s.schedule.shard * len(rollouts)  # sample indices count across the shards of a step
+        for index, rollout in enumerate(rollouts):
+            pid, q0_n, q0_success = entries[rollout.prompt_index]
             tid = sampled_id(s.run_id, pid, first + index, step)
+            assert rollout.verdict is not None  # the call was judged
             out.examples.append(Example(
-                stream=s.stream_index, prompt_id=pid, prompt_ids=prompt_ids[result.prompt_index],
-                response_ids=list(result.token_ids), reward=verdict.reward,
+                stream=s.stream_index, prompt_id=pid, prompt_ids=prompt_ids[rollout.prompt_index],
+                response_ids=list(rollout.token_ids), reward=rollout.verdict.reward,
                 q0=q0_or_nan(q0_n, q0_success, s.beta, s.q0_prior),
-                behavior_logprobs=list(result.logprobs), policy_logprobs=policy_lps[index], policy_version=version,
-                trajectory_id=tid, group=result.prompt_index))
-            out.trajectories.append(sampled_row(
-                result, trajectory_id=tid, prompt_id=pid, source=s.algorithm, model_id=s.model_id, run_id=s.run_id,
-                policy_version=version, temperature=temperature, top_p=s.schedule.top_p, tokenizer_id=self.tok_id,
-                metadata={"step": step, "sample_index": first + index}))
-            out.evaluations.append(verdict_row(tid, get_task(problem.task).verifier_name(problem), verdict))
+                behavior_logprobs=list(rollout.result.logprobs), policy_logprobs=policy_lps[index],
+                policy_version=version, trajectory_id=tid, group=rollout.prompt_index))
+            out.trajectories.append(rollout.trajectory(
+                trajectory_id=tid, source=s.algorithm, model_id=s.model_id, run_id=s.run_id, policy_version=version,
+                tokenizer_id=self.tok_id, metadata={"step": step, "sample_index": first + index}))
+            out.evaluations.append(rollout.evaluation(tid))
         return out
 
-    def _policy_logprobs(self, prompt_ids: list[list[int]], results: list[SampleResult]) -> list[list[float]]:
+    def _policy_logprobs(self, prompt_ids: list[list[int]], rollouts: list[Rollout]) -> list[list[float]]:
         """log π_old of every sampled token: as the backend reported it, else scored with the behaviour weights."""
+        results = [r.result for r in rollouts]
         missing = [i for i, r in enumerate(results) if r.policy_logprobs is None]
-        scored = dict(zip(missing, self.policy.score([prompt_ids[results[i].prompt_index] for i in missing],
-                                                     [results[i].token_ids for i in missing]))) if missing else {}
+        scored = dict(zip(missing, self.executor.score([prompt_ids[results[i].prompt_index] for i in missing],
+                                                       [results[i].token_ids for i in missing]))) if missing else {}
         return [list(r.policy_logprobs) if r.policy_logprobs is not None else scored[i] for i, r in enumerate(results)]
 
     def stop(self) -> None:
@@ -274,11 +273,12 @@ class OnlineSource:
         # Under torchrun only rank 0 has an appender; every rank sends it its rollouts' rows.
         self.world = world or World()
         self.write_back = appender is not None if write_back is None else write_back
-        self.worker: RolloutWorker | None = None
+        self.worker: RolloutThread | None = None
 
-    def start(self, first: int, sampler: PolicyBackend | RayPolicy | None = None) -> RolloutWorker:
-        """Start generating steps first..end-1 (with `sampler`, another backend of the policy, when given)."""
-        self.worker = RolloutWorker(self.policy, self.versions, self.settings, first, self.end, sampler)
+    def start(self, first: int, executor: Executor | None = None) -> RolloutThread:
+        """Start generating steps first..end-1 (on `executor`, over another backend of the policy or on Ray, when
+        given)."""
+        self.worker = RolloutThread(self.policy, self.versions, self.settings, first, self.end, executor)
         self.worker.start()
         return self.worker
 

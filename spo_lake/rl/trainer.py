@@ -31,7 +31,7 @@ from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import ended_status, new_run_id, runs_row
 from spo_lake.models import load_policy
-from spo_lake.models.backend import PolicyBackend, TransformersPolicy
+from spo_lake.models.backend import TransformersPolicy
 from spo_lake.models.threads import use_threads
 from spo_lake.models.tokens import tokenizer_id
 from spo_lake.rl import run as rundir
@@ -51,7 +51,6 @@ from spo_lake.rl.grpo_math import group_advantages, grpo_loss
 from spo_lake.rl.losses import spo_loss
 from spo_lake.rl.mixer import Mixer
 from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
-from spo_lake.rl.ray_rollout import RayPolicy
 from spo_lake.rl.rollout import (
     OnlineSource,
     PolicyVersions,
@@ -61,6 +60,8 @@ from spo_lake.rl.rollout import (
     written_trajectory_ids,
 )
 from spo_lake.rl.scoring import reference_log_probs, response_log_probs
+from spo_lake.rollouts.engine import PolicySpec
+from spo_lake.rollouts.executors import Executor, LocalExecutor, RayExecutor
 from spo_lake.tasks import SandboxOptions
 
 TIMING_KEYS = ("seconds", "tokens_per_s", "wait_s")  # metrics that vary between identical runs
@@ -213,7 +214,7 @@ class Trainer:
         online = next((i for i, s in enumerate(c.data.streams) if s.kind == "online"), None)
         self.online: OnlineSource | None = None
         self.appender: BufferedAppender | None = None
-        self.sampler: PolicyBackend | RayPolicy | None = None
+        self.executor: Executor | None = None  # what the online stream samples on, when not a copy of the policy
         if online is not None:
             prompts = online_prompts(self.lake, self.snapshot, c.data.prompts_where, c.model.pi0_id, require_q0=spo)
             r = c.rollout
@@ -250,11 +251,13 @@ class Trainer:
             raise RuntimeError(f"checkpoint of step {self.step} lacks the behaviour-policy weights of version "
                                f"{needed} that its next rollouts need")
         c, dtype = self.config, str(self.dtype).removeprefix("torch.")
-        if c.rollout.executor == "ray":  # the behaviour policy samples in a Ray actor, sent every version it needs
-            self.sampler = RayPolicy(self.policy, c.rollout.backend, dtype, self.threads, c.rollout.ray_address)
-        elif c.rollout.backend == "vllm":
-            self.sampler = load_policy(c.model.path, backend="vllm", dtype=dtype)
-        self.online.start(first, self.sampler)
+        r = c.rollout
+        if r.executor == "ray":  # the behaviour policy samples and judges in a Ray actor, sent every version it needs
+            spec = PolicySpec.of(self.policy, backend=r.backend, dtype=dtype, threads=self.threads)
+            self.executor = RayExecutor(spec, 1, r.ray_address, judge_workers=r.judge_workers)
+        elif r.backend == "vllm":
+            self.executor = LocalExecutor(load_policy(c.model.path, backend="vllm", dtype=dtype), r.judge_workers)
+        self.online.start(first, self.executor)
 
     @property
     def reference(self) -> torch.nn.Module:
@@ -492,8 +495,8 @@ class Trainer:
     def close(self) -> None:
         if self.online is not None:
             self.online.stop()
-        if isinstance(self.sampler, RayPolicy):
-            self.sampler.close()
+        if self.executor is not None:
+            self.executor.close()
         if self.appender is not None:
             self.appender.flush()
         self.mixer.close()

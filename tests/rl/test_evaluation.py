@@ -29,15 +29,16 @@ def test_pass_at_k_comes_from_the_sandbox_verdicts_of_n_samples_per_problem(lake
     result = evaluate_policy(policy, problems, settings)
     assert [pid for pid, _, _ in result.per_problem] == [p.prompt_id for p in problems]
     assert len(result.samples) == 30
-    for problem, sample, verdict in result.samples:  # each verdict is the task verifier's on that exact text
-        assert get_task("countdown").verify(problem, sample.text, SandboxOptions()).passed == verdict.passed
-    correct = {p.prompt_id: sum(v.passed for q, _, v in result.samples if q.prompt_id == p.prompt_id) for p in problems}
+    for r in result.samples:  # each verdict is the task verifier's on that exact text
+        assert get_task("countdown").verify(r.problem, r.text, SandboxOptions()).passed == r.verdict.passed
+    correct = {p.prompt_id: sum(r.verdict.passed for r in result.samples if r.problem.prompt_id == p.prompt_id)
+               for p in problems}
     assert result.per_problem == [(pid, 6, c) for pid, c in correct.items()]
     for k in (1, 3):
         assert result.pass_at_k[k] == pytest.approx(mean_pass_at_k([6] * 5, list(correct.values()), k))
     assert result.mean_reward == pytest.approx(sum(correct.values()) / 30 - 1)
     again = evaluate_policy(policy, problems, settings)
-    assert [s.token_ids for _, s, _ in again.samples] == [s.token_ids for _, s, _ in result.samples]
+    assert [r.token_ids for r in again.samples] == [r.token_ids for r in result.samples]
 
 
 def test_identical_greedy_samples_make_pass_at_k_independent_of_k(lake, policy):
