@@ -115,34 +115,6 @@ def build_like(like: Path, out: Path, args: argparse.Namespace) -> None:
     AutoTokenizer.from_pretrained(like).save_pretrained(out)
 
 
-def tensor_mb(tensors, exclude: frozenset[int] = frozenset()) -> float:
-    """Bytes of distinct storages among `tensors` (other than those at the `exclude` addresses), in MiB."""
-    seen: dict[int, int] = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in exclude:
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return sum(seen.values()) / 2**20
-
-
-def training_state(trainer, update) -> dict:
-    """Tensor accounting of one update (see the module doc); runs `update` once more, under a saved-tensors hook."""
-    saved: list[torch.Tensor] = []
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        saved.append(t)
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        update()
-    params = [p for group in trainer.optimizer.param_groups for p in group["params"]]
-    reference = list(trainer._reference.parameters()) if trainer._reference is not None else []
-    return {"params_mb": tensor_mb(params), "reference_mb": tensor_mb(reference),
-            "grads_mb": tensor_mb(p.grad for p in params if p.grad is not None),
-            "optimizer_mb": tensor_mb(v for state in trainer.optimizer.state.values() for v in state.values()),
-            # weights saved for the backward pass are not new memory
-            "activations_mb": tensor_mb(saved, frozenset(p.untyped_storage().data_ptr() for p in params + reference))}
-
-
 # ---------------------------------------------------------------------------------------------- one variant (child)
 
 
@@ -200,7 +172,13 @@ def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
 
     baseline = torch.cuda.memory_allocated() / 2**20 if device == "cuda" else resident_mb()
     trainer = Trainer(config, lake, show_progress=False)
-    update = (lambda: sft_update(trainer, examples)) if variant == "sft" else (lambda: trainer.update(examples))
+    state: dict = {}  # the trainer counts its training state by tensor on its first update (spo_lake.rl.memory)
+
+    def update() -> dict:
+        metrics = sft_update(trainer, examples) if variant == "sft" else trainer.update(examples)
+        state.update({k.removeprefix("state/"): v for k, v in metrics.items() if k.startswith("state/")})
+        return metrics
+
     for _ in range(args.warmup):
         update()
     if device == "cuda":
@@ -217,7 +195,6 @@ def run_variant(root: Path, variant: str, args: argparse.Namespace) -> dict:
         seconds.append(time.perf_counter() - started)
         cpu_seconds.append(time.process_time() - cpu_started)
     peak = torch.cuda.max_memory_allocated() / 2**20 - baseline if device == "cuda" else resident_mb("VmHWM") - baseline
-    state = training_state(trainer, update) if variant != "sft" else {}
     trainer.close()
     # The trainer loads π0 on first use: the cached variant must never have needed it, the live one must have.
     live_reference = trainer._reference is not None

@@ -158,6 +158,7 @@ class MethodResult:
     wall_s: float
     step_s: float  # mean seconds per training step (evaluations excluded)
     peak_rss_mb: float
+    state_mb: float | None  # the training state by tensor at the first step (spo_lake.rl.memory); None: not counted
     online_samples: int
     resumed: bool  # the run continued an earlier, interrupted one: its wall time covers only the continuation
 
@@ -194,8 +195,9 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
     records = read_metrics(run_dir)
     curve = [{k: v for k, v in r.items() if k == "step" or "pass@" in k} for r in records if "pass@1" in r]
     steps = [r["seconds"] for r in records if "seconds" in r]
+    state = next((r["state/total_mb"] for r in records if "state/total_mb" in r), None)
     return MethodResult(name, config["run_name"], curve[-1] if curve else {}, curve, time.perf_counter() - started,
-                        sum(steps) / max(len(steps), 1), usage.ru_maxrss / 1024, online_samples, resumed)
+                        sum(steps) / max(len(steps), 1), usage.ru_maxrss / 1024, state, online_samples, resumed)
 
 
 def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_samples: int, out: Path,

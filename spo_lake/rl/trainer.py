@@ -18,7 +18,7 @@ import json
 import math
 import time
 from collections import defaultdict
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problem
 from spo_lake.rl.examples import Batch, Example, collate
 from spo_lake.rl.grpo_math import group_advantages, grpo_loss
 from spo_lake.rl.losses import spo_loss
+from spo_lake.rl.memory import saved_for_backward, training_state
 from spo_lake.rl.mixer import Mixer
 from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
 from spo_lake.rl.rollout import (
@@ -130,6 +131,7 @@ class Trainer:
         self.policy.model_id = config.model.path
         self.model = self.policy.model
         self._reference: torch.nn.Module | None = None
+        self.state_counted = False  # the first update counts the training state (spo_lake.rl.memory)
         self.value_model = ValueModel.from_pretrained(config.model.path, self.model.dtype, self.device) \
             if config.algorithm.name == "ppo" else None
         if config.run.gradient_checkpointing:
@@ -311,29 +313,19 @@ class Trainer:
             if c.algorithm.name == "grpo" and not sft else None
         if advantages is not None and self.mixer.joined:  # lake rows that joined the online groups
             stats.add("injected", sum(e.stream in self.mixer.joined for e in examples))
+        # the first update of a process counts its training state by tensor, one micro-batch's activations included
+        counting, activations = not self.state_counted, list[torch.Tensor]()
         for start in range(0, len(examples), micro_size):
-            batch = collate(examples[start : start + micro_size], self.policy.pad_id).to(self.device)
-            policy_lp = response_log_probs(self.model, batch)  # log πθ, with gradient
-            if sft:
-                loss = -torch.where(batch.response_mask, policy_lp, 0.0).sum() / batch_tokens
-                stats.add("sft_nll", -policy_lp.detach()[batch.response_mask].sum().item(),
-                          int(batch.response_mask.sum()))
-            elif advantages is not None:
-                loss = self._grpo_loss(policy_lp, batch, advantages[start : start + micro_size].to(self.device),
-                                       batch_tokens, len(examples), stats)
-            elif c.algorithm.name == "spo":
-                loss = self._spo_loss(policy_lp, self._reference_lp(batch), batch, stats)
-            else:
-                assert self.value_model is not None  # built for PPO
-                loss, ppo_stats = ppo_loss(policy_lp, self._reference_lp(batch), self.value_model(batch), batch,
-                                           self.ppo)
-                loss = loss / c.optim.grad_accum
-                for key, value in ppo_stats.items():
-                    stats.add(key, value)
-            loss.backward()
+            share = None if advantages is None else advantages[start : start + micro_size].to(self.device)
+            saving: AbstractContextManager[list[torch.Tensor]] = \
+                saved_for_backward() if counting and start == 0 else nullcontext([])
+            with saving as saved:
+                loss, batch_tokens_seen = self._loss(examples[start : start + micro_size], sft, share, batch_tokens,
+                                                     len(examples), stats)
+                loss.backward()
+            activations = saved or activations
             total_loss += loss.item()  # micro-batch losses add up to the batch loss
-            tokens += batch.tokens
-            self._batch_stats(batch, stats)
+            tokens += batch_tokens_seen
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         self.world.average_gradients(parameters)
         if self.world.size > 1:  # the step's loss and diagnostics are the whole batch's, over every rank
@@ -343,8 +335,37 @@ class Trainer:
         if finite:  # a non-finite gradient would turn every weight into NaN: skip the update, keep the schedule
             self.optimizer.step()
         self.scheduler.step()
+        state = {}
+        if counting:
+            self.state_counted = True
+            reference = list(self._reference.parameters()) if self._reference is not None else []
+            state = {f"state/{k}": v for k, v in training_state(parameters, reference, self.optimizer,
+                                                                activations).items()}
         return {"loss": total_loss, **stats.means(), "grad_norm": float(grad_norm),
-                "skipped_nonfinite": int(not finite), "lr": self.scheduler.get_last_lr()[0], "tokens": tokens}
+                "skipped_nonfinite": int(not finite), "lr": self.scheduler.get_last_lr()[0], "tokens": tokens, **state}
+
+    def _loss(self, examples: list[Example], sft: bool, advantages: torch.Tensor | None, batch_tokens: int,
+              batch_size: int, stats: Stats) -> tuple[torch.Tensor, int]:
+        """One micro-batch's loss (its share of the batch's) and its tokens: SFT's cross-entropy, GRPO's clipped
+        surrogate with the micro-batch's `advantages`, SPO's loss or PPO's."""
+        c = self.config
+        batch = collate(examples, self.policy.pad_id).to(self.device)
+        policy_lp = response_log_probs(self.model, batch)  # log πθ, with gradient
+        if sft:
+            loss = -torch.where(batch.response_mask, policy_lp, 0.0).sum() / batch_tokens
+            stats.add("sft_nll", -policy_lp.detach()[batch.response_mask].sum().item(), int(batch.response_mask.sum()))
+        elif advantages is not None:
+            loss = self._grpo_loss(policy_lp, batch, advantages, batch_tokens, batch_size, stats)
+        elif c.algorithm.name == "spo":
+            loss = self._spo_loss(policy_lp, self._reference_lp(batch), batch, stats)
+        else:
+            assert self.value_model is not None  # built for PPO
+            loss, ppo_stats = ppo_loss(policy_lp, self._reference_lp(batch), self.value_model(batch), batch, self.ppo)
+            loss = loss / c.optim.grad_accum
+            for key, value in ppo_stats.items():
+                stats.add(key, value)
+        self._batch_stats(batch, stats)
+        return loss, batch.tokens
 
     def _across_ranks(self, loss: float, tokens: int, stats: Stats) -> tuple[float, int, Stats]:
         """Every rank's loss is its share's sum over the per-rank batch size: their mean is the whole batch's."""

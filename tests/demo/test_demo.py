@@ -95,7 +95,8 @@ def _fake_seed(out, seed: int, shift: dict[str, int]) -> dict:
             curve.append({"step": step, "pass@1": p1, "pass@10": min(1.0, 2 * p1), "train/pass@1": p1,
                           "train/pass@10": min(1.0, 2 * p1)})
         results.append({"method": name, "run_id": run_id, "final": curve[-1], "curve": curve, "wall_s": 10.0,
-                        "step_s": 2.0 if name == "PPO" else 1.0, "peak_rss_mb": 900.0 if name == "PPO" else 800.0,
+                        "step_s": 2.0 if name == "PPO" else 1.0, "peak_rss_mb": 800.0,
+                        "state_mb": 20.0 if name == "PPO" else 10.0,
                         "online_samples": 96, "resumed": False, "gap": curve[-1]["pass@10"] - curve[-1]["pass@1"]})
     return {"seed": seed, "recipe_steps": [{"step": "snapshot", "summary": "ok", "seconds": 0.1}],
             "recipe_seconds": 1.0, "total_seconds": 2.0, "methods": results}
@@ -123,6 +124,7 @@ def test_report_over_seeds_has_pi0_the_claims_per_problem_group_and_plots(tmp_pa
     assert verdicts["SPO half-online pass@1 > π0 pass@1 on the skill problems"] == "holds"
     assert verdicts["PPO loses at most 0.02 pass@1 to π0 on the other problems"] == "holds"
     assert verdicts["SPO steps faster than PPO (seconds per step, lower is better)"] == "holds"
+    assert verdicts["SPO needs less memory than PPO (training state, lower is better)"] == "holds"
     report = (tmp_path / "report.md").read_text()
     assert "| π0 |" in report and "**holds**" in report and "**reversed**" in report
     assert (tmp_path / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -109,6 +109,22 @@ def test_spo_with_a_half_lake_mix_improves_reward_and_writes_its_rollouts_back(t
     assert len(manifest["git"]["commit"]) == 40  # this checkout is a git repository
 
 
+def test_the_first_step_counts_the_training_state_by_tensor(lake, fast_model_dir, tmp_path):
+    trainer = Trainer(load_config(None, config_lines(str(fast_model_dir), tmp_path, steps=2) + ['run_name="state"']),
+                      lake, show_progress=False)
+    trainer.train()
+    first, second = read_metrics(trainer.run_dir)[:2]
+    assert not any(k.startswith("state/") for k in second)  # counted once
+    params_mb = sum(p.numel() * p.element_size() for p in trainer.model.parameters()) / 2**20
+    assert first["state/params_mb"] == pytest.approx(params_mb) == first["state/grads_mb"]
+    # online rows have no cached π0: the live π0 is a second copy of the weights; AdamW keeps two moments per weight
+    assert first["state/reference_mb"] == pytest.approx(params_mb)
+    assert 2 * params_mb <= first["state/optimizer_mb"] < 2 * params_mb + 0.01
+    assert first["state/activations_mb"] > 0
+    parts = ("params_mb", "reference_mb", "grads_mb", "optimizer_mb", "activations_mb")
+    assert first["state/total_mb"] == pytest.approx(sum(first[f"state/{k}"] for k in parts))
+
+
 CLI = "import typer; from spo_lake.cli.train_cmds import register; app = typer.Typer(); register(app); app()"
 
 
