@@ -131,7 +131,7 @@ class Trainer:
         self.policy.model_id = config.model.path
         self.model = self.policy.model
         self._reference: torch.nn.Module | None = None
-        self.state_counted = False  # the first update counts the training state (spo_lake.rl.memory)
+        self.state_counted = False  # the run's first update counts the training state (spo_lake.rl.memory)
         self.value_model = ValueModel.from_pretrained(config.model.path, self.model.dtype, self.device) \
             if config.algorithm.name == "ppo" else None
         if config.run.gradient_checkpointing:
@@ -313,8 +313,9 @@ class Trainer:
             if c.algorithm.name == "grpo" and not sft else None
         if advantages is not None and self.mixer.joined:  # lake rows that joined the online groups
             stats.add("injected", sum(e.stream in self.mixer.joined for e in examples))
-        # the first update of a process counts its training state by tensor, one micro-batch's activations included
-        counting, activations = not self.state_counted, list[torch.Tensor]()
+        # a run's first update counts its training state by tensor, one micro-batch's activations included (once:
+        # a resumed run has counted it already)
+        counting, activations = self.step == 0 and not self.state_counted, list[torch.Tensor]()
         for start in range(0, len(examples), micro_size):
             share = None if advantages is None else advantages[start : start + micro_size].to(self.device)
             saving: AbstractContextManager[list[torch.Tensor]] = \
