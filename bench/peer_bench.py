@@ -8,7 +8,7 @@ beta 0.04, which makes GRPO load one), and take one AdamW step.
 
 - spo_sync: model_update_interval 1, rollout_lag 0: every step's rollouts wait for the previous update.
 - spo_overlap: model_update_interval --interval, rollout_lag 1: the rollout worker generates the next steps while the
-  trainer updates (see the README's determinism guarantee for each mode).
+  trainer updates (see docs/demo.md, "Determinism", and docs/scaling.md for each mode).
 - grpo: trl.GRPOTrainer; step time from its on_step_begin to on_step_end (generation, reward, loss, update).
 
 Each variant runs in its own subprocess, once with 1 torch thread and once with the default threads (SPO: the thread

@@ -1,5 +1,5 @@
 """π0's success on held-out countdown problems that need * or / (the skill) and on the others: where a skill-gap
-π0 stands before any training (issue 25; README, "What only a lake can give").
+π0 stands before any training (issue 25; docs/results-skill-gap.md).
 
 Samples --n responses per problem at temperature 1 (top-p 1) from each model, judges them in the sandbox, and prints
 per model and problem group: samples, success per sample, the share of answers that multiply or divide, and the

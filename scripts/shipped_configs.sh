@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's "Shipped configs" figures: every countdown config in configs/, each run exactly as its header
+# The figures of docs/results-shipped-configs.md: every countdown config in configs/, each run exactly as its header
 # documents, on its own copy of the lake the headers prepare. Usage: bash scripts/shipped_configs.sh [OUT_DIR]
 # (default shipped-configs/). Rerunning skips what is done. Held-out pass@k: OUT/runs/<config>/metrics.jsonl.
 set -euo pipefail

@@ -39,7 +39,7 @@ from spo_lake.ingest.shapes import ExtraFields, RewardMap, Shaping, formatted_pr
 from spo_lake.lake import Lake, Staged
 from spo_lake.lake.inflight import Lease
 
-BATCH_ROWS = 20_000  # rows validated and staged at a time: sets the memory ceiling (see README)
+BATCH_ROWS = 20_000  # rows validated and staged at a time: sets the memory ceiling (docs/performance.md)
 
 
 @dataclass(frozen=True)

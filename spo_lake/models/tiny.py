@@ -5,7 +5,7 @@ diverse and imperfect. It learns from solver solutions mixed with near-misses (o
 used twice, random expressions), and, like a model fine-tuned on chatty data, it often signs off with a line
 after its answer ("Hope this helps!"), which the verifier (the answer is the last line) always rejects. That
 habit is what RL can fix in minutes on a CPU and what carries over to unseen problems; the arithmetic itself
-improves far more slowly (README, "The demo").
+improves far more slowly (docs/results-sign-off-demo.md).
 
 Two styles: "direct" answers with the expression only; "cot" first writes one reasoning line with the
 intermediate results ("12+4=16, 16*2=32") and puts the expression on the last line, which is where the

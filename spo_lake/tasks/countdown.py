@@ -155,7 +155,7 @@ def solve(numbers: Sequence[int], target: int, cap: int = SOLUTION_CAP) -> list[
 def needs_product(numbers: Sequence[int], target: int) -> bool:
     """Whether every solution multiplies or divides: + and - alone reach only the signed sums of a subset of the
     numbers (any sign pattern: a - (b - c) = a - b + c), and `target` is none of them. The skill the demo's
-    skill-gap π0 was rarely taught (README, "What only a lake can give")."""
+    skill-gap π0 was rarely taught (docs/results-skill-gap.md)."""
     sums = {0}
     for x in numbers:
         sums |= {v + x for v in sums} | {v - x for v in sums}

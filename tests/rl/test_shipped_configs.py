@@ -1,5 +1,5 @@
 """Every shipped countdown config, run as its header documents on the built-in tiny model, ends above π0 on its own
-held-out prompts. Reduced length (the README has the full-length figures): fewer prompts, Q0 samples and steps,
+held-out prompts. Reduced length (docs/results-shipped-configs.md has the full-length figures): fewer prompts, Q0 samples and steps,
 and the evaluation on fewer samples; the model is the test session's build of `spolake model tiny`.
 configs/spo_codecontests_mc.toml is the paper's Llama-3.1-8B GPU run; spo_countdown_mc.toml is its tiny-scale twin
 (the same 50/25/25 mix with Monte-Carlo estimates) and is tested here."""
