@@ -128,7 +128,7 @@ def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return getattr(torch, dtype)
 
 
-def _check_settings(n: int, temperature: float | Sequence[float], top_p: float, max_new_tokens: int) -> None:
+def check_settings(n: int, temperature: float | Sequence[float], top_p: float, max_new_tokens: int) -> None:
     temperatures = [temperature] if isinstance(temperature, int | float) else list(temperature)
     if min(temperatures, default=0) < 0 or not 0 < top_p <= 1 or n < 1 or max_new_tokens < 1:
         raise InputError(
@@ -204,7 +204,7 @@ class TransformersPolicy:
         stop: Sequence[str] | None = None,
         seed: int = 0,
     ) -> list[SampleResult]:
-        _check_settings(n, temperature, top_p, max_new_tokens)
+        check_settings(n, temperature, top_p, max_new_tokens)
         temperatures = per_prompt(temperature, len(prompts))
         encoded = [self.encode_prompt(p) for p in prompts]
         jobs = [i for i in range(len(prompts)) for _ in range(n)]
@@ -227,7 +227,7 @@ class TransformersPolicy:
                              ) -> list[SampleResult]:
         """See PolicyBackend. All prefixes go in one batch (the caller sizes it), drawn from one generator seeded
         with `seed`."""
-        _check_settings(1, temperature, top_p, max_new_tokens)
+        check_settings(1, temperature, top_p, max_new_tokens)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         rows = range(len(prefixes))
         return self._sample_batch(list(rows), [list(p) for p in prefixes], [temperature for _ in rows], top_p,
