@@ -145,7 +145,19 @@ def per_prompt(temperature: float | Sequence[float], prompts: int) -> list[float
     return [float(t) for t in temperature]
 
 
-class TransformersPolicy:
+class TokenizerPrompts:
+    """encode_prompt and tokenize_response of a backend that holds a transformers tokenizer (`self.tokenizer`)."""
+
+    tokenizer: Any
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        return encode_prompt(self.tokenizer, prompt)
+
+    def tokenize_response(self, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
+        return tokenize_response(self.tokenizer, prompt, response, add_eos)
+
+
+class TransformersPolicy(TokenizerPrompts):
     """Any causal LM that transformers loads, on CPU or one GPU; own sampling loop over the KV cache."""
 
     def __init__(self, model, tokenizer, model_id: str, batch_size: int = 64):
@@ -179,12 +191,6 @@ class TransformersPolicy:
                      batch_size=batch_size)
         policy.source = target  # where it was loaded from: what another process loads (model_id is an identity)
         return policy
-
-    def encode_prompt(self, prompt: str) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt)
-
-    def tokenize_response(self, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
-        return tokenize_response(self.tokenizer, prompt, response, add_eos)
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         # assign: the module takes the given tensors rather than copying into its own (no second copy of a version;

@@ -27,7 +27,7 @@ import torch
 from transformers import PreTrainedTokenizerFast
 
 from spo_lake.errors import InputError
-from spo_lake.models.backend import SampleResult, check_settings, encode_prompt, per_prompt, tokenize_response
+from spo_lake.models.backend import SampleResult, TokenizerPrompts, check_settings, per_prompt
 from spo_lake.models.identity import model_identity
 from spo_lake.models.sampling import sampling_log_probs
 from spo_lake.models.tiny import build_tokenizer
@@ -59,7 +59,7 @@ def is_scripted(directory: str | Path) -> bool:
     return config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(TokenizerPrompts):
     """See the module doc. Deterministic: the same calls with the same seeds return the same results anywhere."""
 
     def __init__(self, tokenizer, responses: Sequence[str], epsilon: float, model_id: str):
@@ -82,12 +82,6 @@ class ScriptedPolicy:
         policy = cls(tokenizer, config["responses"], config["epsilon"], model_id or model_identity(path))
         policy.source = str(Path(path).resolve())
         return policy
-
-    def encode_prompt(self, prompt: str) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt)
-
-    def tokenize_response(self, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
-        return tokenize_response(self.tokenizer, prompt, response, add_eos)
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         raise InputError(f"{self.model_id} is a scripted model: it has no weights to load")
