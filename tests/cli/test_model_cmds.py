@@ -79,6 +79,8 @@ def test_an_unloadable_model_is_a_one_line_error(cli, tmp_path):
     assert result.exit_code == 1 and result.output.startswith("error: ") and len(result.output.splitlines()) == 1
 
 
+# builds and trains a transformer
+@pytest.mark.integration
 def test_model_tiny_builds_a_loadable_model(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
