@@ -56,7 +56,10 @@ def write_scripted_model(out_dir: str | Path, responses: Sequence[str], epsilon:
 def is_scripted(directory: str | Path) -> bool:
     """Whether `directory` holds a scripted model (write_scripted_model)."""
     config = Path(directory) / "config.json"
-    return config.is_file() and json.loads(config.read_text()).get("model_type") == MODEL_TYPE
+    try:
+        return json.loads(config.read_text()).get("model_type") == MODEL_TYPE
+    except (OSError, ValueError, AttributeError):  # no file, not JSON, not an object: not ours (its loader says why)
+        return False
 
 
 class ScriptedPolicy(TokenizerPrompts):
