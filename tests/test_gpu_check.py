@@ -4,9 +4,13 @@ import math
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# runs every training variant of the GPU check on a dry model
+@pytest.mark.integration
 def test_gpu_check_dry_run_writes_every_figure(tmp_path):
     out = tmp_path / "figures.json"
     done = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh"), "--dry-run", "--out", str(out)],

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from spo_lake import Lake, ingest
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "interop.md"
@@ -23,6 +25,8 @@ def doc_block(marker: str) -> str:
     return match.group(1)
 
 
+# starts Ray (Ray Data reads the snapshot)
+@pytest.mark.integration
 def test_the_documented_block_reads_a_snapshot_with_every_engine(tmp_path, monkeypatch):
     import ray  # daft and ray[data] are test extras: a missing one fails here rather than skipping
 

@@ -128,7 +128,7 @@ def _resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return getattr(torch, dtype)
 
 
-def _check_settings(n: int, temperature: float | Sequence[float], top_p: float, max_new_tokens: int) -> None:
+def check_settings(n: int, temperature: float | Sequence[float], top_p: float, max_new_tokens: int) -> None:
     temperatures = [temperature] if isinstance(temperature, int | float) else list(temperature)
     if min(temperatures, default=0) < 0 or not 0 < top_p <= 1 or n < 1 or max_new_tokens < 1:
         raise InputError(
@@ -145,7 +145,19 @@ def per_prompt(temperature: float | Sequence[float], prompts: int) -> list[float
     return [float(t) for t in temperature]
 
 
-class TransformersPolicy:
+class TokenizerPrompts:
+    """encode_prompt and tokenize_response of a backend that holds a transformers tokenizer (`self.tokenizer`)."""
+
+    tokenizer: Any
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        return encode_prompt(self.tokenizer, prompt)
+
+    def tokenize_response(self, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
+        return tokenize_response(self.tokenizer, prompt, response, add_eos)
+
+
+class TransformersPolicy(TokenizerPrompts):
     """Any causal LM that transformers loads, on CPU or one GPU; own sampling loop over the KV cache."""
 
     def __init__(self, model, tokenizer, model_id: str, batch_size: int = 64):
@@ -180,12 +192,6 @@ class TransformersPolicy:
         policy.source = target  # where it was loaded from: what another process loads (model_id is an identity)
         return policy
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt)
-
-    def tokenize_response(self, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
-        return tokenize_response(self.tokenizer, prompt, response, add_eos)
-
     def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         # assign: the module takes the given tensors rather than copying into its own (no second copy of a version;
         # the caller must not modify them afterwards, as the trainer's published versions are never modified)
@@ -204,7 +210,7 @@ class TransformersPolicy:
         stop: Sequence[str] | None = None,
         seed: int = 0,
     ) -> list[SampleResult]:
-        _check_settings(n, temperature, top_p, max_new_tokens)
+        check_settings(n, temperature, top_p, max_new_tokens)
         temperatures = per_prompt(temperature, len(prompts))
         encoded = [self.encode_prompt(p) for p in prompts]
         jobs = [i for i in range(len(prompts)) for _ in range(n)]
@@ -227,7 +233,7 @@ class TransformersPolicy:
                              ) -> list[SampleResult]:
         """See PolicyBackend. All prefixes go in one batch (the caller sizes it), drawn from one generator seeded
         with `seed`."""
-        _check_settings(1, temperature, top_p, max_new_tokens)
+        check_settings(1, temperature, top_p, max_new_tokens)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         rows = range(len(prefixes))
         return self._sample_batch(list(rows), [list(p) for p in prefixes], [temperature for _ in rows], top_p,

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from spo_lake.models.backend import SampleResult, encode_prompt, per_prompt, tokenize_response
+from spo_lake.models.backend import SampleResult, TokenizerPrompts, per_prompt
 
 if TYPE_CHECKING:
     import torch
@@ -42,7 +42,7 @@ def vllm_available() -> bool:
     return vllm_device() == "cuda"
 
 
-class VLLMPolicy:
+class VLLMPolicy(TokenizerPrompts):
     def __init__(self, llm, model_id: str, device: str):
         self.llm = llm
         self.tokenizer = llm.get_tokenizer()
@@ -82,12 +82,6 @@ class VLLMPolicy:
         # vLLM's own in-place reload: its kernels may keep weights repacked, which a plain model.load_weights misses
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(state_dict.items())})
         self.llm.reset_prefix_cache()
-
-    def encode_prompt(self, prompt: str) -> list[int]:
-        return encode_prompt(self.tokenizer, prompt)
-
-    def tokenize_response(self, prompt: str, response: str, add_eos: bool = True) -> tuple[list[int], list[int]]:
-        return tokenize_response(self.tokenizer, prompt, response, add_eos)
 
     def sample(
         self,

@@ -10,6 +10,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 SPOLAKE = [str(Path(sys.executable).with_name("spolake"))]
 # (args, runs, exit code, a line of the output). `snapshot create <existing>` aborted in ~40 % of runs before the fix:
 # 10 runs miss that with probability 0.6**10 < 1 %.
@@ -25,6 +27,8 @@ def run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
 
 
+# a pool of spolake processes at once
+@pytest.mark.integration
 def test_every_run_exits_with_the_code_the_command_chose(tmp_path):
     lake = str(tmp_path / "lake")
     assert run([*SPOLAKE, "--lake", lake, "init"]).returncode == 0

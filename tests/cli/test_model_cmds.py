@@ -24,9 +24,9 @@ def cli(tmp_path, monkeypatch):
     return invoke, lake
 
 
-def test_the_pipeline_verbs_chain_on_the_tiny_model(cli, fast_model_dir, tmp_path):
+def test_the_pipeline_verbs_chain(cli, scripted_model_dir, tmp_path):
     invoke, lake = cli
-    model = str(fast_model_dir)
+    model = str(scripted_model_dir)  # a model loaded by path; what it says is not the point
     template = tmp_path / "template.txt"
     template.write_text("Think first.\n{prompt}")
 
@@ -61,9 +61,9 @@ def test_the_pipeline_verbs_chain_on_the_tiny_model(cli, fast_model_dir, tmp_pat
     (["q0", "--k", 0], "k must be at least 1"),
     (["pts", "--threshold", 0], "threshold"),
 ])
-def test_user_mistakes_are_one_line_errors(cli, fast_model_dir, args, message):
+def test_user_mistakes_are_one_line_errors(cli, scripted_model_dir, args, message):
     invoke, _ = cli
-    result = invoke(*args[:1], "--model", str(fast_model_dir), *args[1:])
+    result = invoke(*args[:1], "--model", str(scripted_model_dir), *args[1:])
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
     assert result.output.strip().startswith("error:") and len(result.output.strip().splitlines()) == 1
@@ -79,6 +79,8 @@ def test_an_unloadable_model_is_a_one_line_error(cli, tmp_path):
     assert result.exit_code == 1 and result.output.startswith("error: ") and len(result.output.splitlines()) == 1
 
 
+# builds and trains a transformer
+@pytest.mark.integration
 def test_model_tiny_builds_a_loadable_model(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -91,17 +93,17 @@ def test_model_tiny_builds_a_loadable_model(tmp_path):
     assert AutoTokenizer.from_pretrained(tmp_path / "tiny").eos_token_id == model.config.eos_token_id
 
 
-def test_threads_sets_torch_threads_for_the_verb_and_rejects_zero(cli, fast_model_dir):
+def test_threads_sets_torch_threads_for_the_verb_and_rejects_zero(cli, scripted_model_dir):
     import torch
 
     invoke, _ = cli
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        result = invoke("refprobs", "--model", fast_model_dir, "--threads", 1, "--device", "cpu")
+        result = invoke("refprobs", "--model", scripted_model_dir, "--threads", 1, "--device", "cpu")
         assert result.exit_code == 0, result.output
         assert torch.get_num_threads() == 1
-        result = invoke("refprobs", "--model", fast_model_dir, "--threads", 0)
+        result = invoke("refprobs", "--model", scripted_model_dir, "--threads", 0)
         assert result.exit_code == 2 and "--threads" in result.output
     finally:
         torch.set_num_threads(before)

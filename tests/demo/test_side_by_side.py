@@ -71,6 +71,8 @@ style = "cot"
 """
 
 
+# builds and trains four transformers
+@pytest.mark.integration
 def test_the_recipes_models_built_side_by_side_are_the_models_it_builds_in_turn(tmp_path):
     path = tmp_path / "r.toml"
     path.write_text(RECIPE.replace("{out}", str(tmp_path / "side")))

@@ -19,6 +19,10 @@ from tests.s3server import seaweedfs, storage_args, weed_binary
 SPOLAKE = str(Path(sys.executable).with_name("spolake"))
 
 
+# every test here races many spolake processes (or compactions) at once: integration, on a local lake too
+pytestmark = pytest.mark.integration
+
+
 @pytest.fixture(scope="module")
 def s3_options(tmp_path_factory):
     if weed_binary() is None:

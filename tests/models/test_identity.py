@@ -13,9 +13,10 @@ from spo_lake.models.identity import is_local, model_identity, resolve_model
 
 
 @pytest.fixture
-def models(tmp_path, fast_model_dir, monkeypatch):
-    """The tiny model as ./models/pi0 of a fresh working directory."""
-    shutil.copytree(fast_model_dir, tmp_path / "models" / "pi0")
+def models(tmp_path, scripted_model_dir, monkeypatch):
+    """A model (the scripted one: identity and loading by path do not depend on what it computes) as ./models/pi0
+    of a fresh working directory."""
+    shutil.copytree(scripted_model_dir, tmp_path / "models" / "pi0")
     monkeypatch.chdir(tmp_path)
     return tmp_path / "models"
 
@@ -31,7 +32,7 @@ def test_a_copy_elsewhere_and_a_model_rebuilt_in_place_are_other_models(models):
     before = model_identity("models/pi0")
     shutil.copytree(models / "pi0", models / "copy")
     assert model_identity("models/copy") != before
-    weights = models / "pi0" / "model.safetensors"
+    weights = models / "pi0" / "tokenizer.json"  # any file of the model, as a weights file is
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1  # one changed byte, same size
     weights.write_bytes(bytes(data))

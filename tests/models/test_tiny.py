@@ -69,6 +69,8 @@ def test_a_skill_gap_mix_leaves_products_out_or_makes_them_rare():
     assert all(prompt in with_products for prompt, r in rare if set("*/") & set(r))
 
 
+# trains a transformer and asserts what it learnt
+@pytest.mark.integration
 def test_a_skill_gap_pi0_gives_products_far_less_probability_than_sums(tmp_path):
     """The gap measured on the model itself, by scoring (no sampling): for held-out problems that need * or /, the
     solver's answer costs π0 (trained without them) many nats more than the same answer with + and - in their

@@ -3,6 +3,8 @@ lake and on a real S3-compatible server (SeaweedFS on 127.0.0.1): keyed facts (v
 added only if absent, and sampling pipelines re-count their quota when a copy committed first (`Work`)."""
 from __future__ import annotations
 
+import pytest
+
 from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from tests.lake.test_concurrent_commits import lake_at, run_all, s3_options  # noqa: F401 (fixtures)
@@ -14,11 +16,13 @@ def one(lake: Lake, query: str) -> int:
     return lake.sql(query).column(0)[0].as_py()
 
 
-def test_two_copies_of_each_pipeline_add_what_one_would(lake_at, fast_model_dir):  # noqa: F811 (the fixture)
+# a dozen spolake processes racing (minutes under load): integration even on a local lake
+@pytest.mark.integration
+def test_two_copies_of_each_pipeline_add_what_one_would(lake_at, scripted_model_dir):  # noqa: F811 (the fixture)
     root, extra, options = lake_at
     lake = Lake.init(root, storage_options=options)
     ingest_dataset(lake, "countdown", None, n=4, seed=0)  # 4 prompts and their solver's solutions
-    model = ["--model", str(fast_model_dir)]
+    model = ["--model", str(scripted_model_dir)]  # plumbing: any model loaded by path
 
     def twice(*cmd: str) -> list[list[str]]:
         return [list(cmd), list(cmd)]

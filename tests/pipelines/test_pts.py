@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.scripted import ScriptedPolicy
 from spo_lake.models.tokens import render_prompt
 from spo_lake.pipelines.common import TRAJECTORY_WITH_PROMPT
 from spo_lake.pipelines.judge import judge
@@ -76,11 +76,11 @@ def test_empty_response_estimates_nothing():
 
 
 @pytest.fixture(scope="module")
-def policy(fast_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(fast_model_dir))
+def policy(scripted_model_dir) -> ScriptedPolicy:
+    return ScriptedPolicy.from_pretrained(str(scripted_model_dir))
 
 
-def test_pts_on_the_tiny_model_writes_consistent_values_pivots_and_rollouts(countdown_lake, policy):
+def test_pts_writes_consistent_values_pivots_and_rollouts(countdown_lake, policy):
     lake, k, threshold = countdown_lake, 4, 0.25
     q0(lake, policy, k=8, max_new_tokens=12, where="p.prompt_id <> 'countdown/0/3'", show_progress=False)
     judge(lake, where="t.source = 'human'", show_progress=False)  # the solver's answers, judged by countdown

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.scripted import ScriptedPolicy
 from spo_lake.pipelines.q0 import latest_prompt_values, q0
 from spo_lake.pipelines.sample import sample
 from spo_lake.scores import q0_from_counts
@@ -11,8 +11,8 @@ SHORT = 12
 
 
 @pytest.fixture(scope="module")
-def policy(fast_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(fast_model_dir))
+def policy(scripted_model_dir) -> ScriptedPolicy:
+    return ScriptedPolicy.from_pretrained(str(scripted_model_dir))
 
 
 def judged_counts(lake, model_id: str) -> dict[str, tuple[int, int]]:

@@ -1,6 +1,6 @@
 import pytest
 
-from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.scripted import ScriptedPolicy
 from spo_lake.models.tokens import render_prompt, tokenizer_id
 from spo_lake.pipelines.refprobs import refprobs
 from spo_lake.pipelines.sample import sample
@@ -8,8 +8,8 @@ from spo_lake.tasks import Problem
 
 
 @pytest.fixture(scope="module")
-def policy(fast_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(fast_model_dir))
+def policy(scripted_model_dir) -> ScriptedPolicy:
+    return ScriptedPolicy.from_pretrained(str(scripted_model_dir))
 
 
 def cached(lake) -> list[dict]:

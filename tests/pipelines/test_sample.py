@@ -5,7 +5,8 @@ import pytest
 
 from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
-from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models import load_policy
+from spo_lake.models.scripted import ScriptedPolicy
 from spo_lake.models.tokens import render_prompt, tokenizer_id
 from spo_lake.pipelines.sample import SampleSettings, sample
 from spo_lake.tasks import Problem
@@ -14,8 +15,9 @@ SHORT = 12  # max_new_tokens: countdown answers are short; keeps the tests fast
 
 
 @pytest.fixture(scope="module")
-def policy(fast_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(fast_model_dir))
+def policy(scripted_model_dir) -> ScriptedPolicy:
+    """Plumbing: what the pipeline records of whatever a policy samples, so a scripted one (no forward pass)."""
+    return ScriptedPolicy.from_pretrained(str(scripted_model_dir))
 
 
 def sampled_rows(lake, where: str = "TRUE") -> list[dict]:
@@ -56,7 +58,7 @@ def test_a_rebuilt_lake_gets_the_same_trajectory_ids(tmp_path, policy):
         model = shutil.copytree(policy.source, tmp_path / name / "model")
         lake = Lake.init(tmp_path / name / "lake")
         ingest_dataset(lake, "countdown", None, n=4, seed=0)
-        sample(lake, TransformersPolicy.from_pretrained(str(model)), n=2, temperature_range=(0.1, 0.8),
+        sample(lake, load_policy(str(model)), n=2, temperature_range=(0.1, 0.8),
                max_new_tokens=SHORT, seed=5, show_progress=False)
         ids.append([(r["trajectory_id"], r["response_text"], r["run_id"]) for r in sampled_rows(lake)])
     assert [(t, text) for t, text, _ in ids[0]] == [(t, text) for t, text, _ in ids[1]] and len(ids[0]) == 8

@@ -6,7 +6,7 @@ import torch
 
 from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
-from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.scripted import ScriptedPolicy
 from spo_lake.models.tokens import tokenizer_id, trajectory_token_ids
 from spo_lake.pipelines.dedup import dedup
 from spo_lake.rl.config import StreamConfig, TrainConfig, stream_counts, validate
@@ -85,8 +85,8 @@ def test_grpo_config_validation():
 
 
 @pytest.fixture(scope="module")
-def policy(fast_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(fast_model_dir))
+def policy(scripted_model_dir) -> ScriptedPolicy:
+    return ScriptedPolicy.from_pretrained(str(scripted_model_dir))
 
 
 @pytest.fixture(scope="module")

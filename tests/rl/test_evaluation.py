@@ -5,15 +5,15 @@ import pytest
 
 from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
-from spo_lake.models.backend import TransformersPolicy
+from spo_lake.models.scripted import ScriptedPolicy
 from spo_lake.rl.evaluation import EvalSettings, evaluate_in_lake, evaluate_policy, select_problems
 from spo_lake.scores import mean_pass_at_k
 from spo_lake.tasks import SandboxOptions, get_task
 
 
 @pytest.fixture(scope="module")
-def policy(fast_model_dir) -> TransformersPolicy:
-    return TransformersPolicy.from_pretrained(str(fast_model_dir))
+def policy(scripted_model_dir) -> ScriptedPolicy:
+    return ScriptedPolicy.from_pretrained(str(scripted_model_dir))
 
 
 @pytest.fixture
