@@ -25,7 +25,7 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def demo(out: Path = typer.Option(Path("demo-out"), help="where the lakes, models, runs, report and plots go"),
              quick: bool = typer.Option(False, "--quick",
-                                        help="one small seed, not the full demo (~19 min on 2 busy cores)"),
+                                        help="one small seed, not the full demo (~7 min on 2 busy cores)"),
              seeds: str = typer.Option(None, help="comma-separated seeds; default 0,1,2 (full) or 0 (--quick)"),
              seed: int = typer.Option(None, hidden=True, help="one seed (old spelling of --seeds N)"),
              chain: bool = typer.Option(False, "--chain", help="the cumulative-lake experiment instead: per seed, "
