@@ -10,6 +10,8 @@ from typing import Any, cast
 
 from spo_lake.demo.stats import Paired, mean_std, paired_prompt_difference, paired_seed_difference, per_prompt_pass
 from spo_lake.lake import Lake
+from spo_lake.models.identity import model_identity
+from spo_lake.pipelines.q0 import latest_prompt_values
 from spo_lake.tasks.countdown import needs_product
 
 PI0 = "π0"
@@ -97,15 +99,13 @@ def starting_point(out: Path, seed: int) -> dict[str, dict[str, Any]]:
     """Where π0 and the lake stand before any training, per group of a seed's training prompts (skill / other), at
     the snapshot the runs pin: π0's success per sample and the prompts it solved at least once (the q0 step's
     Monte-Carlo counts, temperature 1), and the prompts the lake holds a correct solution to, per source."""
-    lake, prefix = Lake.open(str(out / f"seed-{seed}" / "lake")), f"countdown/{seed}/"
+    lake, prefix, snapshot = Lake.open(str(out / f"seed-{seed}" / "lake")), f"countdown/{seed}/", f"demo-{seed}"
     groups = {pid: g for pid, g in prompt_groups(out, seed).items() if pid.startswith(prefix)}
-    params = {"prefix": prefix + "%", "pi0": f"{out / f'seed-{seed}' / 'models' / 'pi0'}@%"}
-    q0 = lake.sql("""SELECT prompt_id, sum(n)::BIGINT AS n, sum(n_success)::BIGINT AS s FROM "values"
-                     WHERE trajectory_id IS NULL AND model_id LIKE $pi0 AND prompt_id LIKE $prefix GROUP BY 1""",
-                  f"demo-{seed}", params).to_pylist()
+    # the counts Q̂0 is read from (the trainer's rule: the row with the largest n per prompt)
+    q0 = latest_prompt_values(lake, model_identity(str(out / f"seed-{seed}" / "models" / "pi0")), snapshot)
     solved = lake.sql("""SELECT DISTINCT t.prompt_id, t.source FROM trajectories t JOIN evaluations e
                          USING (trajectory_id) WHERE e.passed AND t.prompt_id LIKE $prefix""",
-                      f"demo-{seed}", {"prefix": params["prefix"]}).to_pylist()
+                      snapshot, {"prefix": prefix + "%"}).to_pylist()
     result: dict[str, dict[str, Any]] = {}
     for group in ("skill", "other"):
         counts = [r for r in q0 if groups.get(r["prompt_id"]) == group]
@@ -113,8 +113,8 @@ def starting_point(out: Path, seed: int) -> dict[str, dict[str, Any]]:
         sources = Counter(r["source"] for r in solved if groups.get(r["prompt_id"]) == group)
         result[group] = {"prompts": sum(1 for g in groups.values() if g == group), "q0_prompts": len(counts),
                          "q0_samples": samples,
-                         "pi0_success_per_sample": sum(r["s"] for r in counts) / samples if samples else None,
-                         "pi0_solved_prompts": sum(1 for r in counts if r["s"] > 0),
+                         "pi0_success_per_sample": sum(r["n_success"] for r in counts) / samples if samples else None,
+                         "pi0_solved_prompts": sum(1 for r in counts if r["n_success"] > 0),
                          "lake_solved_prompts": dict(sorted(sources.items()))}
     return result
 

@@ -61,14 +61,15 @@ def success_counts(lake: Lake, model_id: str, problems: list[Problem]) -> dict[s
     return counts
 
 
-def latest_prompt_values(lake: Lake, model_id: str) -> list[dict[str, Any]]:
-    """The prompt-level values row with the largest n per prompt for this model at temperature 1, top-p 1."""
+def latest_prompt_values(lake: Lake, model_id: str, snapshot: str | None = None) -> list[dict[str, Any]]:
+    """The prompt-level values row with the largest n per prompt for this model at temperature 1, top-p 1 (at
+    `snapshot`, else the latest versions)."""
     return lake.sql("""
         SELECT prompt_id, n, n_success FROM "values"
         WHERE trajectory_id IS NULL AND position IS NULL AND model_id = $model_id
           AND temperature = 1.0 AND top_p = 1.0
         QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY n DESC, created_at DESC) = 1""",
-        params={"model_id": model_id}).to_pylist()
+        snapshot, params={"model_id": model_id}).to_pylist()
 
 
 def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = None, beta: float = PAPER_BETA,

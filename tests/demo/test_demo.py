@@ -9,6 +9,8 @@ from spo_lake.demo.report import CLAIMS, PI0, pts_curve, table_rows, write_repor
 from spo_lake.demo.run import FULL, QUICK, _toml, methods, run_config
 from spo_lake.demo.stats import mean_std, paired_prompt_difference, paired_seed_difference
 from spo_lake.lake import Lake
+from spo_lake.models.identity import model_identity
+from spo_lake.models.scripted import write_scripted_model
 from spo_lake.rl.config import load_config, stream_counts
 
 
@@ -50,18 +52,22 @@ SKILL, OTHER = ([2, 3, 4], 24), ([3, 7, 12], 16)  # 2*3*4 needs a product; 12+7-
 
 def _starting_lake(lake: Lake, pi0, seed: int) -> None:
     """Four training prompts (0 and 2 need a product), π0's Q0 counts of them (8 samples each: skill 0 and 1
-    successes, other 4 and 8), counts that must not count (another model's, a prefix's), and correct solutions:
+    successes, other 4 and 8), counts that must not count (another model's, a prefix's, an earlier smaller count),
+    and correct solutions:
     the solver's for every prompt, a CoT sample for prompt 0, a wrong reference sample for prompt 1."""
     train = [f"countdown/{seed}/{i}" for i in range(4)]
     lake.append("prompts", [{"prompt_id": p, "task": "countdown", "prompt": p,
                              "tests": json.dumps(dict(zip(("numbers", "target"), SKILL if i % 2 == 0 else OTHER)))}
                             for i, p in enumerate(train)])
-    value = {"temperature": 1.0, "top_p": 1.0, "n": 8}
-    lake.append("values", [{**value, "prompt_id": p, "model_id": f"{pi0}@abc", "n_success": s}
+    write_scripted_model(pi0, ["2*3*4"])  # a model directory: an identity, a tokenizer for the PTS plot
+    value, pi0_id = {"temperature": 1.0, "top_p": 1.0, "n": 8}, model_identity(str(pi0))
+    lake.append("values", [{**value, "prompt_id": p, "model_id": pi0_id, "n_success": s}
                            for p, s in zip(train, (0, 4, 1, 8))]
                 + [{**value, "prompt_id": train[0], "model_id": "cot@def", "n_success": 8},
-                   {**value, "prompt_id": train[0], "model_id": f"{pi0}@abc", "trajectory_id": "t-human-0",
-                    "position": 3, "n_success": 8}])
+                   {**value, "prompt_id": train[0], "model_id": pi0_id, "trajectory_id": "t-human-0",
+                    "position": 3, "n_success": 8},
+                   # an earlier q0 run's smaller count: superseded by the row with the larger n, not added to it
+                   {**value, "prompt_id": train[1], "model_id": pi0_id, "n": 4, "n_success": 1}])
     rows = [(f"t-human-{i}", p, "human", True) for i, p in enumerate(train)]
     rows += [("t-cot-0", train[0], "cot", True), ("t-ref-1", train[1], "reference", False)]
     lake.append("trajectories", [{"trajectory_id": t, "prompt_id": p, "source": src, "response_text": t,
