@@ -211,13 +211,13 @@ def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_sample
         tasks = {name: bar.add_task(name, total=config["steps"]) for name, config in runs.items()}
         futures = {name: pool.submit(train_method, lake_path, name, config, online_samples, out, log, quiet=True)
                    for name, config in runs.items()}
-        while not all(f.done() for f in futures.values()):
+        while True:
+            finished = all(f.done() for f in futures.values())  # read before the bars: their last update is final
             for name, config in runs.items():
                 bar.update(tasks[name], completed=_steps_done(Path(config["run_dir"]) / config["run_name"]))
+            if finished:
+                return [futures[name].result() for name in runs]
             time.sleep(1.0)
-        for name, config in runs.items():
-            bar.update(tasks[name], completed=_steps_done(Path(config["run_dir"]) / config["run_name"]))
-        return [futures[name].result() for name in runs]
 
 
 def _steps_done(run_dir: Path) -> int:
@@ -231,8 +231,10 @@ def build_models(recipe: Recipe, out: Path, jobs: int, log: Callable[[str], None
     """The recipe's model builds side by side, `jobs` at a time, before it runs (its model_tiny steps then keep
     them): each build is seeded and runs one torch thread in its own process, so the models are those the recipe
     would build in turn. Each build's output goes to out/logs/model-NAME.log."""
+    from spo_lake.models.tiny import is_built
+
     todo = [{k: v for k, v in s.items() if k != "run"} for s in recipe.steps
-            if s["run"] == "model_tiny" and not (Path(s["out"]) / "tiny_config.json").exists()]
+            if s["run"] == "model_tiny" and not is_built(s["out"])]
     if jobs <= 1 or len(todo) <= 1:
         return
     names = [Path(params["out"]).name for params in todo]

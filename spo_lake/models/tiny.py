@@ -186,6 +186,11 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+def is_built(out_dir: str | Path) -> bool:
+    """Whether `out_dir` holds a finished build: tiny_config.json is written last."""
+    return (Path(out_dir) / "tiny_config.json").exists()
+
+
 def build_tiny_model(
     out_dir: str | Path, seed: int = 0, steps: int | None = None, style: str = "direct", threads: int = 1, **overrides
 ) -> Path:

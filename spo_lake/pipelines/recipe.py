@@ -57,10 +57,10 @@ def _sandbox(params: dict[str, Any]) -> SandboxOptions:
 
 
 def step_model_tiny(ctx: Context, p: dict[str, Any]) -> str:
-    from spo_lake.models.tiny import build_tiny_model
+    from spo_lake.models.tiny import build_tiny_model, is_built
 
     out = Path(p.pop("out"))
-    if (out / "tiny_config.json").exists():  # written last: a build cut short is built again
+    if is_built(out):  # a build cut short is built again
         return f"{out} exists, kept"
     build_tiny_model(out, **p)
     return f"built {out}"
