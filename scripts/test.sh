@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Set up (idempotent), check the import layering, lint, types and the docs build, and run the whole test suite;
-# `--fast` runs only the fast tier (docs/testing.md). Other arguments go to pytest.
+# `--fast` runs only the fast tier (docs/testing.md), one pytest worker per core (pytest-xdist). Other arguments go
+# to pytest.
 set -euo pipefail
 tier=()
-if [[ "${1:-}" == "--fast" ]]; then shift; tier=(-m "not slow and not integration"); fi
+if [[ "${1:-}" == "--fast" ]]; then shift; tier=(-m "not slow and not integration" -n auto); fi
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/lint-imports --no-cache  # dependencies point one way (.importlinter)
