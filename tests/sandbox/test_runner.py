@@ -90,7 +90,7 @@ def test_sandbox_is_reused_and_every_run_gets_the_same_limits(sandbox: Sandbox):
 
 def test_sessions_call_functions_with_data_and_failures_stick(sandbox: Sandbox):
     source = "class Solution:\n    def twice(self, x):\n        return (x, [x], {x: {x}})\n"
-    with sandbox.session(source, "twice", Limits(timeout_s=2)) as session:
+    with sandbox.session(source, "twice", Limits(timeout_s=30)) as session:
         assert session.call(4) == (4, [4], {4: {4}})
         assert session.call_many([[1], ["a"]]) == [(1, [1], {1: {1}}), ("a", ["a"], {"a": {"a"}})]
     with sandbox.session("x = 1\n", "twice") as missing:

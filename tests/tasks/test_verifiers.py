@@ -11,6 +11,16 @@ from spo_lake.tasks.verifiers import tokens_match, values_match, verify_call, ve
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed")
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+# A limit short enough to test a timeout quickly, and one for every other verdict: a loaded machine can stretch an
+# honest run's start-up past a short limit, so only the cases that are about time get one.
+TIMEOUT_S = 0.5
+GENEROUS_S = 30.0
+
+
+def limit_for(expected_verdict: str) -> float:
+    return TIMEOUT_S if expected_verdict == "timeout" else GENEROUS_S
+
+
 ADD_TESTS = [{"input": "1 2\n", "output": "3\n"}, {"input": "10 -4", "output": "6"}, {"input": "0 0\n", "output": " 0 \n\n"}]
 
 
@@ -35,7 +45,7 @@ def test_tokens_match(actual: str, expected: str, same: bool):
 
 
 def test_stdio_right_program_passes_every_test():
-    verdict = verify_stdio(ADD, ADD_TESTS, timeout_s=2)
+    verdict = verify_stdio(ADD, ADD_TESTS, timeout_s=GENEROUS_S)
     assert (verdict.passed, verdict.verdict, verdict.first_failing_test, verdict.reward) == (True, "ok", None, 0.0)
     assert verdict.extracted_code == ADD and verdict.duration_s > 0
 
@@ -59,7 +69,8 @@ def test_stdio_stops_at_the_first_wrong_answer():
     ("print(int(input())", "syntax", "line 1"),
 ])
 def test_stdio_failures(code: str, expected_verdict: str, detail: str):
-    verdict = verify_stdio(code, [{"input": "0", "output": "0"}], timeout_s=0.5, memory_mb=128)
+    verdict = verify_stdio(code, [{"input": "0", "output": "0"}], timeout_s=limit_for(expected_verdict),
+                           memory_mb=128)
     assert (verdict.passed, verdict.verdict) == (False, expected_verdict)
     assert detail in verdict.detail
     assert verdict.first_failing_test == (None if expected_verdict == "syntax" else 0)
@@ -112,7 +123,7 @@ def test_values_match_is_exact_but_for_expected_floats(actual, expected, same):
     ("def add(a, b):\n    while True:\n        pass\n", "timeout"),
 ])
 def test_call_failures(code: str, expected_verdict: str):
-    verdict = verify_call(code, "add", CALL_TESTS, timeout_s=0.5)
+    verdict = verify_call(code, "add", CALL_TESTS, timeout_s=limit_for(expected_verdict))
     assert (verdict.passed, verdict.verdict, verdict.first_failing_test) == (False, expected_verdict, 0)
 
 
@@ -137,5 +148,5 @@ def test_humaneval_canonical_solution_passes(problem: dict):
 ])
 def test_humaneval_failures(problem: dict, body: str, expected_verdict: str):
     verdict = verify_humaneval(problem["prompt"] + body, problem["test"], problem["entry_point"], prompt=problem["prompt"],
-                               timeout_s=0.5)
+                               timeout_s=limit_for(expected_verdict))
     assert (verdict.passed, verdict.verdict) == (False, expected_verdict)
