@@ -36,7 +36,7 @@ def _free_ports(n: int) -> list[int]:
 
 
 @contextmanager
-def seaweedfs(workdir: Path, start_timeout_s: float = 60.0) -> Iterator[dict[str, str]]:
+def seaweedfs(workdir: Path, start_timeout_s: float = 300.0) -> Iterator[dict[str, str]]:
     """Run `weed server` with an S3 gateway; yields deltalake storage options for it (bucket BUCKET exists)."""
     from pyarrow import fs
 

@@ -72,7 +72,7 @@ def test_sigkill_during_ingest_leaves_all_or_nothing_and_a_retry_completes(tmp_p
     # depends on how fast the machine is.
     rng = random.Random(0)
     killed, tries, lake = 0, 0, tmp_path / "lake-0"
-    assert spolake(lake, "init").wait(timeout=60) == 0
+    assert spolake(lake, "init").wait(timeout=1200) == 0
     while killed < 2:
         tries += 1
         assert tries <= 20, f"no kill landed in {tries} tries"
@@ -89,7 +89,7 @@ def test_sigkill_during_ingest_leaves_all_or_nothing_and_a_retry_completes(tmp_p
         if got["trajectories"] == n:  # complete: the next try needs a fresh lake and an earlier kill
             full *= 0.7
             lake = tmp_path / f"lake-{tries}"
-            assert spolake(lake, "init").wait(timeout=60) == 0
+            assert spolake(lake, "init").wait(timeout=1200) == 0
 
     retry = spolake(lake, *args)
     _, err = retry.communicate(timeout=1200)

@@ -79,10 +79,10 @@ def test_storage_options_reach_deltalake_from_the_flag_and_the_environment(tmp_p
                "AWS_SECRET_ACCESS_KEY=s", "AWS_REGION=us-east-1", "max_retries=0"]
     flags = [a for o in options for a in ("--storage-option", o)]
     by_flag = subprocess.run([SPOLAKE, "--lake", "s3://bucket/lake", *flags, "stats"], capture_output=True,
-                             text=True, timeout=60)
+                             text=True, timeout=1200)
     env = {"PATH": "/usr/bin:/bin", "SPOLAKE_STORAGE_OPTIONS": " ".join(options)}
     by_env = subprocess.run([SPOLAKE, "--lake", "s3://bucket/lake", "stats"], capture_output=True, text=True,
-                            timeout=60, env=env)
+                            timeout=1200, env=env)
     for result in (by_flag, by_env):
         assert result.returncode == 1
         lines = result.stderr.strip().splitlines()

@@ -40,8 +40,9 @@ def lake_at(request, tmp_path):
     return f"s3://lake/{uuid.uuid4().hex}", storage_args(options), options
 
 
-def run_all(root: str, extra: list[str], commands: list[list[str]], timeout: float = 300) -> list[tuple[int, str]]:
-    """Start every command at once; (exit code, stderr) of each, checking each failure is one clear line."""
+def run_all(root: str, extra: list[str], commands: list[list[str]], timeout: float = 1200) -> list[tuple[int, str]]:
+    """Start every command at once; (exit code, stderr) of each, checking each failure is one clear line. `timeout`
+    bounds a hang, not speed: a dozen processes that each import torch share the loaded cores."""
     procs = [subprocess.Popen([SPOLAKE, "--lake", root, *extra, *cmd], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for cmd in commands]
     results = []

@@ -71,7 +71,9 @@ def test_poison_and_failed_judgments_are_recorded_and_a_rerun_has_nothing_pendin
         "import os\ndef has_close_elements(numbers, threshold):\n    os.write(4, b'{\"error\": \"\\\\ud800\\xff\"}\\n')\n",
     ]
     add_responses(lake, [{"prompt_id": prompt_id, "response": f"```python\n{p}```"} for p in poisons])
-    first = judge(lake, options=SandboxOptions(timeout_s=3), show_progress=False)
+    # a generous limit: no verdict here is about time (each poison's verdict comes as its message is read, not when
+    # its sleep ends), and the human solution must pass however loaded the machine is
+    first = judge(lake, options=SandboxOptions(timeout_s=60), show_progress=False)
     rows = lake.sql("""SELECT t.response_text, e.verdict, e.passed FROM evaluations e JOIN trajectories t
                        USING (trajectory_id) WHERE e.verifier = 'humaneval'""").to_pylist()
     assert first.evaluated == len(rows) == 4  # the human solution and the three poisons

@@ -97,17 +97,18 @@ def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(t
     # Kill the chain (and its training child) once run 2 has a checkpoint but has not finished.
     process = subprocess.Popen(chain_cmd(lake, config, 2), start_new_session=True, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 1200  # bounds a hang: run 1 and run 2's start take minutes on a loaded machine
     while not checkpoint_dirs(root / "runs" / "c-run-2") and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+    assert checkpoint_dirs(root / "runs" / "c-run-2"), "no checkpoint of run 2 within the bound: the chain hung"
     killed = json.loads((root / "manifest.json").read_text())
     assert [r["status"] for r in killed["runs"]] == ["finished", "pinned"]
     run1_metrics = (root / "runs" / "c-run-1" / "metrics.jsonl").read_text()
 
-    again = subprocess.run(chain_cmd(lake, config, 2), capture_output=True, text=True, timeout=600)
+    again = subprocess.run(chain_cmd(lake, config, 2), capture_output=True, text=True, timeout=1200)
     assert again.returncode == 0, again.stderr[-3000:]
     said = again.stdout + again.stderr
     assert "finished earlier, skipped" in said and "--resume" in said

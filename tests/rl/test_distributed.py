@@ -67,9 +67,11 @@ def torchrun(lake: Lake, run_dir: Path, args: list[str]) -> None:
     run_dir.mkdir(exist_ok=True)
     env = {**os.environ, "SPOLAKE_LAKE": lake.root, "SPOLAKE_TEST_READONLY": f"{lake.root}{os.pathsep}{run_dir}",
            "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    command = ["timeout", "300", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+    # `timeout` ends torchrun and its ranks on a hang (a rank stuck in a collective); a bound, not a speed limit:
+    # two ranks that each import torch and train share the loaded cores
+    command = ["timeout", "1200", sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
                "2", RANK_LAUNCHER, "train", "--quiet", *args]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
 
 

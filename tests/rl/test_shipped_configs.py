@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.slow,  # "above π0" needs the trained π0
 def spolake(lake: Path, *args: str) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-m", "spo_lake.cli.app", "--lake", str(lake), *args], capture_output=True,
-                          text=True, timeout=600, env=env)
+                          text=True, timeout=1200, env=env)  # a hang bound
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     return done.stdout
 

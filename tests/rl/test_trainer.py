@@ -145,6 +145,7 @@ def test_resume_after_kill_9_reproduces_the_uninterrupted_run(lake, fast_model_d
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert process.returncode == -signal.SIGKILL, process.stderr.read().decode()[-2000:]
+    assert checkpoint_dirs(run_dir), "no checkpoint within the bound: the run hung"
     resumed_from = int(checkpoint_dirs(run_dir)[-1].name.split("-")[1])
     assert resumed_from < 12
 
