@@ -6,9 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SPOLAKE = str(Path(sys.executable).with_name("spolake"))
 
 
+@pytest.mark.integration  # four spolake processes and HumanEval in the sandbox
 def test_evaluate_shows_no_syntax_warnings_of_candidates(tmp_path):
     def spolake(*args: str) -> subprocess.CompletedProcess:
         done = subprocess.run([SPOLAKE, "--lake", str(tmp_path / "lake"), *args], capture_output=True, text=True,

@@ -34,6 +34,7 @@ max_new_tokens = 4
 """
 
 
+@pytest.mark.integration  # the recipe trains a (2-step) model
 def test_recipe_paths_resolve_against_the_working_directory(tmp_path, monkeypatch):
     (tmp_path / "recipes").mkdir()
     (tmp_path / "recipes" / "r.toml").write_text(RECIPE)

@@ -104,6 +104,7 @@ def test_hardest_solved_prompts_are_ordered_by_pi0s_success_rate(lake):
     assert hardest_solved(lake, None, None, pi0="another model").num_rows == 0
 
 
+@pytest.mark.integration  # a spolake process per report verb, each drawing its plot
 def test_the_report_commands_print_the_views_and_draw_them(lake, tmp_path):
     def report(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "spo_lake.cli.app", "--lake", lake.root, "report", *args],
