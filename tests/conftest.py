@@ -80,14 +80,14 @@ def _build_key(config) -> str:
 def _cached_build(request, tmp_path_factory, **settings) -> Path:
     """The tiny model built with these TinyConfig settings (the default where not given), from pytest's cache when
     an earlier session built it."""
-    from spo_lake.models.tiny import TinyConfig, build_tiny_model
+    from spo_lake.models.tiny import TinyConfig, build_tiny_model, is_built
 
     config = TinyConfig(**settings)
     cache = getattr(request.config, "cache", None)
     if cache is None:
         return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", **asdict(config))
     cached = Path(cache.mkdir("spo_lake_tiny")) / _build_key(config)
-    if not (cached / "tiny_config.json").exists():  # written last by build_tiny_model
+    if not is_built(cached):
         built = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", **asdict(config))
         staging = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
         shutil.copytree(built, staging)
