@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
+from spo_lake.demo.lake_fit import seed_fit
 from spo_lake.demo.stats import Paired, mean_std, paired_prompt_difference, paired_seed_difference, per_prompt_pass
 from spo_lake.lake import Lake
 from spo_lake.models.identity import model_identity
@@ -20,8 +21,8 @@ BEST_ONLINE = "best online-only arm"  # resolved per report: the online-only arm
 ONLINE_ONLY = ("PPO", "GRPO", "SPO online")
 GROUPS = {"skill": "held-out problems that need * or / (the lake's knowledge)", "other": "the other held-out problems",
           "all": "all held-out problems"}
-COLUMNS = ("method", "skill pass@1", "skill pass@10", "other pass@1", "other pass@10", "train pass@1", "s/step",
-           "state MB", "peak RSS MB")
+COLUMNS = ("method", "skill pass@1", "skill pass@10", "other pass@1", "other pass@10", "skill Δ nats",
+           "other Δ nats", "train pass@1", "s/step", "state MB", "peak RSS MB")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,11 @@ CLAIMS = (
     Claim("SPO half-online pass@1 > π0 pass@1 on the skill problems", HEADLINE, PI0, "pass@1", "skill"),
     Claim("SFT→GRPO pass@1 > π0 pass@1 on the skill problems", "SFT→GRPO", PI0, "pass@1", "skill"),
     Claim("Monte-Carlo targets help (pass@10, skill problems)", "SPO + MC (50/25/25)", HEADLINE, "pass@10", "skill"),
+    # what the runs absorbed of the lake, without sampling noise: log-likelihood of the held-out solver solutions
+    Claim("SPO half-online absorbs more of the skill's solutions than the best online-only arm (nats)", HEADLINE,
+          BEST_ONLINE, "nats", "skill"),
+    Claim("SPO half-online absorbs more of the skill's solutions than SFT→GRPO (nats)", HEADLINE, "SFT→GRPO", "nats",
+          "skill"),
     # nothing lost elsewhere
     *(Claim(f"{m} loses at most 0.02 pass@1 to π0 on the other problems", m, PI0, "pass@1", "other", -0.02)
       for m in ("PPO", "GRPO", "SPO online", HEADLINE, "SPO + MC (50/25/25)", "SFT→GRPO", "GRPO + lake solutions")),
@@ -86,8 +92,12 @@ def _counts(out: Path, seed: int, run_id: str, step: int) -> dict[str, list]:
 
 def prompt_groups(out: Path, seed: int) -> dict[str, str]:
     """{prompt_id: "skill" | "other"} of a seed's countdown prompts: "skill" when every solution needs * or /."""
-    rows = Lake.open(str(out / f"seed-{seed}" / "lake")).sql(
-        "SELECT prompt_id, tests FROM prompts WHERE task = 'countdown'").to_pylist()
+    return problem_groups(Lake.open(str(out / f"seed-{seed}" / "lake")))
+
+
+def problem_groups(lake: Lake, snapshot: str | None = None) -> dict[str, str]:
+    """{prompt_id: "skill" | "other"} of a lake's countdown prompts."""
+    rows = lake.sql("SELECT prompt_id, tests FROM prompts WHERE task = 'countdown'", snapshot).to_pylist()
     groups = {}
     for r in rows:
         tests = json.loads(r["tests"]) if isinstance(r["tests"], str) else r["tests"]
@@ -123,19 +133,32 @@ def _in_group(counts: list, groups: dict[str, str], group: str) -> list:
     return [c for c in counts if group == "all" or groups.get(c[0]) == group]
 
 
+def held_out_fit(out: Path, seed: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """{π0 or run_id: {prompt_id: log-likelihood of its solver solutions}} over a seed's evaluated held-out prompts
+    (spo_lake.demo.lake_fit; scored once, then read from the seed's lake_fit.json)."""
+    first = seed["methods"][0]
+    prompt_ids = [c[0] for c in _counts(out, seed["seed"], first["run_id"], 0)["held_out"]]
+    return seed_fit(out / f"seed-{seed['seed']}", prompt_ids, f"demo-{seed['seed']}",
+                    [m["run_id"] for m in seed["methods"]])
+
+
 def prompt_values(out: Path, seeds: list[dict[str, Any]], group: str = "all",
                   split: str = "held_out") -> dict[str, list[dict]]:
     """{method: [per seed {metric: {prompt: value}}]} over the prompts of `group` at each run's last evaluation; π0
-    from the step-0 evaluation (the same for every method of a seed: same model, prompts and sampling seed)."""
+    from the step-0 evaluation (the same for every method of a seed: same model, prompts and sampling seed). `nats`
+    (held-out only): the log-likelihood of a prompt's solver solutions under the run's last checkpoint minus π0's."""
     out_values: dict[str, list[dict]] = {}
     for s in seeds:
         groups = prompt_groups(out, s["seed"])
+        fit = held_out_fit(out, s) if split == "held_out" else {}
         for m in s["methods"]:
             last = m["curve"][-1]["step"]
-            for name, step in ((m["method"], last), (PI0, 0)):
+            for name, step, fit_key in ((m["method"], last, m["run_id"]), (PI0, 0, PI0)):
                 counts = _in_group(_counts(out, s["seed"], m["run_id"], step)[split], groups, group)
                 p1, p10 = per_prompt_pass(counts, 1), per_prompt_pass(counts, 10)
                 entry = {"pass@1": p1, "pass@10": p10, "gap": {p: p10[p] - p1[p] for p in p1}}
+                if fit:
+                    entry["nats"] = {p: fit[fit_key][p] - fit[PI0][p] for p in p1 if p in fit[PI0]}
                 values = out_values.setdefault(name, [])
                 if name == PI0 and len(values) > seeds.index(s):
                     continue  # π0 once per seed
@@ -193,10 +216,10 @@ def table_rows(out: Path, seeds: list[dict[str, Any]]) -> list[list[str]]:
     rows: dict[str, dict[str, list[float]]] = {}
     for group in ("skill", "other"):
         for name, per_seed in prompt_values(out, seeds, group).items():
-            for metric in ("pass@1", "pass@10"):
+            for metric in ("pass@1", "pass@10", "nats"):
                 for v in per_seed:
-                    rows.setdefault(name, {}).setdefault(f"{group} {metric}", []).append(
-                        _prompt_mean(v[metric]))
+                    column = f"{group} Δ nats" if metric == "nats" else f"{group} {metric}"
+                    rows.setdefault(name, {}).setdefault(column, []).append(_prompt_mean(v[metric]))
     for s in seeds:
         first = s["methods"][0]["curve"][0]
         if first.get("train/pass@1") is not None:
@@ -210,7 +233,7 @@ def table_rows(out: Path, seeds: list[dict[str, Any]]) -> list[list[str]]:
                 r.setdefault("state MB", []).append(m["state_mb"])
             r.setdefault("peak RSS MB", []).append(m["peak_rss_mb"])
     order = [PI0] + [m["method"] for m in seeds[0]["methods"]]
-    return [[name] + [_pm(rows[name].get(c, []), 2 if c == "s/step" else 0 if c.endswith("MB") else 3)
+    return [[name] + [_pm(rows[name].get(c, []), 2 if c == "s/step" or "nats" in c else 0 if c.endswith("MB") else 3)
                       for c in COLUMNS[1:]] for name in order if name in rows]
 
 
@@ -342,6 +365,18 @@ def _response_tokens(model_dir: Path, curve: dict[str, Any]) -> list[str] | None
 # ---------------------------------------------------------------------------------------------- the report
 
 
+def _pi0_fit(out: Path, seeds: list[dict[str, Any]]) -> str:
+    """π0's mean log-likelihood of the held-out solver solutions per group, mean over seeds."""
+    per_group: dict[str, list[float]] = {}
+    for s in seeds:
+        groups, fit = prompt_groups(out, s["seed"]), held_out_fit(out, s)[PI0]
+        for group in ("skill", "other"):
+            values = [v for p, v in fit.items() if groups.get(p) == group]
+            if values:
+                per_group.setdefault(group, []).append(sum(values) / len(values))
+    return ", ".join(f"{g} {sum(v) / len(v):.2f} nats" for g, v in per_group.items())
+
+
 def _rate(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
@@ -367,7 +402,10 @@ def write_report(out: Path, seeds: list[dict[str, Any]], meta: dict[str, Any]) -
         "that need * or / were rare in its training, while the lake holds solutions to them (solver, the CoT-like "
         "model). pass@k on held-out countdown problems that need the skill (`skill`) and on the others (`other`), "
         "and on the training prompts (`train`): 20 samples per prompt, temperature 0.4, top-p 0.95, unbiased "
-        f"estimator; mean ± std over seeds. {PI0} is the step-0 evaluation of the starting model. Every method "
+        f"estimator; mean ± std over seeds. {PI0} is the step-0 evaluation of the starting model. Δ nats: the mean "
+        "log-likelihood of the held-out problems' solver solutions (never trained on) under the run's last checkpoint "
+        f"minus π0's ({_pi0_fit(out, seeds)}): what a run absorbed of the lake's kind of answer, which pass@1 at "
+        "temperature 0.4 shows only once such an answer becomes the policy's mode. Every method "
         "sampled the same number of online rollouts; mixed runs add lake rows on top, SFT→GRPO's SFT steps read "
         "as many lake rows as SPO half-online before its online steps.", "",
         "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS),

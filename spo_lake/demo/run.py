@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -57,17 +57,17 @@ class DemoScale:
     lr: float
     eval_every: int
     eval_max_prompts: int
-    product_fraction: float = 0.005  # π0's skill gap: problems that need * or / are this rare in its SFT mix (docs)
+    product_fraction: float = 0.01  # π0's skill gap: problems that need * or / are this rare in its SFT mix (docs)
     sign_off_fraction: float = 0.0  # π0's sign-off habit (off: the report measures the skill gap alone)
     samples_per_prompt: int = 4  # GRPO's group size (and every arm's online rollouts per prompt)
 
 
-QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=400, cot_steps=100, reference_samples=2,
+QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=300, cot_steps=100, reference_samples=2,
                   cot_samples=1, q0_samples=4, pts_rollouts=4, pts_trajectories=6, train_steps=12, online_per_step=16,
-                  lr=1e-4, eval_every=12, eval_max_prompts=30)
-FULL = DemoScale(train_prompts=1000, eval_prompts=100, tiny_steps=1500, cot_steps=500, reference_samples=2,
-                 cot_samples=1, q0_samples=16, pts_rollouts=8, pts_trajectories=40, train_steps=60,
-                 online_per_step=16, lr=1e-4, eval_every=30, eval_max_prompts=100)
+                  lr=2e-4, eval_every=12, eval_max_prompts=30)
+FULL = DemoScale(train_prompts=300, eval_prompts=100, tiny_steps=1500, cot_steps=300, reference_samples=2,
+                 cot_samples=1, q0_samples=8, pts_rollouts=4, pts_trajectories=8, train_steps=40,
+                 online_per_step=16, lr=2e-4, eval_every=40, eval_max_prompts=100)
 FULL_SEEDS = (0, 1, 2)
 
 # Lake streams select from the snapshot: correct, one row per distinct program (dedup), any source but the runs'.
@@ -167,6 +167,12 @@ class MethodResult:
         return self.final["pass@10"] - self.final["pass@1"] if self.final else None
 
 
+# The `spolake train` children running now. An interrupted demo (Ctrl-C, or SIGTERM, which `spolake demo` turns
+# into SystemExit) stops them: a `kill` reaches only this process, and the threads waiting on them would keep it
+# alive while they trained on.
+_children: set[subprocess.Popen] = set()
+
+
 def train_method(lake_path: str, name: str, config: dict[str, Any], online_samples: int, out: Path,
                  log: Callable[[str], None], *, quiet: bool = False) -> MethodResult:
     """One `spolake train` child; wall time and peak RSS from os.wait4 are that run's alone. `quiet` sends the
@@ -188,7 +194,15 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
             proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
     else:
         proc = subprocess.Popen(cmd)
-    _, status, usage = os.wait4(proc.pid, 0)
+    _children.add(proc)
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:  # interrupted while this thread waits (runs one at a time)
+        proc.terminate()
+        proc.wait()
+        raise
+    finally:
+        _children.discard(proc)
     if os.waitstatus_to_exitcode(status) != 0:
         where = f"; its output: {log_path}" if quiet else ""
         raise RuntimeError(f"{name}: training exited with {os.waitstatus_to_exitcode(status)}{where}")
@@ -211,13 +225,20 @@ def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_sample
         tasks = {name: bar.add_task(name, total=config["steps"]) for name, config in runs.items()}
         futures = {name: pool.submit(train_method, lake_path, name, config, online_samples, out, log, quiet=True)
                    for name, config in runs.items()}
-        while True:
-            finished = all(f.done() for f in futures.values())  # read before the bars: their last update is final
-            for name, config in runs.items():
-                bar.update(tasks[name], completed=_steps_done(Path(config["run_dir"]) / config["run_name"]))
-            if finished:
-                return [futures[name].result() for name in runs]
-            time.sleep(1.0)
+        try:
+            while True:
+                finished = all(f.done() for f in futures.values())  # read before the bars: their last update is final
+                for name, config in runs.items():
+                    bar.update(tasks[name], completed=_steps_done(Path(config["run_dir"]) / config["run_name"]))
+                if finished:
+                    return [futures[name].result() for name in runs]
+                time.sleep(1.0)
+        except BaseException:  # interrupted: stop the running children (the pool's exit then collects their threads)
+            for future in futures.values():
+                future.cancel()
+            for proc in list(_children):
+                proc.terminate()
+            raise
 
 
 def _steps_done(run_dir: Path) -> int:
@@ -240,9 +261,18 @@ def build_models(recipe: Recipe, out: Path, jobs: int, log: Callable[[str], None
     names = [Path(params["out"]).name for params in todo]
     (out / "logs").mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    with console.status(f"building models {', '.join(names)} side by side (output: {out / 'logs'}/model-*.log)"), \
-            ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(_build_model, todo, [out / "logs" / f"model-{name}.log" for name in names]))
+    # a multiprocessing Pool, not a ProcessPoolExecutor, because it can terminate its workers: an interrupted demo
+    # (Ctrl-C, SIGTERM) does not leave builds running on
+    with console.status(f"building models {', '.join(names)} side by side (output: {out / 'logs'}/model-*.log)"):
+        pool = multiprocessing.get_context("spawn").Pool(min(jobs, len(todo)))
+        try:
+            pool.starmap(_build_model, zip(todo, [out / "logs" / f"model-{name}.log" for name in names], strict=True))
+            pool.close()
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
     log(f"    built {', '.join(names)} side by side in {time.perf_counter() - started:.0f} s")
 
 

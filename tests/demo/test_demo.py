@@ -48,6 +48,8 @@ def test_paired_bootstrap_intervals():
 
 NAMES = list(methods(QUICK))
 SKILL, OTHER = ([2, 3, 4], 24), ([3, 7, 12], 16)  # 2*3*4 needs a product; 12+7-3 does not
+PI0_ANSWER, SKILL_ANSWER = "12+7-3", "2*3*4"
+LAKE_ARMS = ("SPO half-online", "SPO + MC (50/25/25)", "SFT→GRPO", "GRPO + lake solutions")
 
 
 def _starting_lake(lake: Lake, pi0, seed: int) -> None:
@@ -59,7 +61,7 @@ def _starting_lake(lake: Lake, pi0, seed: int) -> None:
     lake.append("prompts", [{"prompt_id": p, "task": "countdown", "prompt": p,
                              "tests": json.dumps(dict(zip(("numbers", "target"), SKILL if i % 2 == 0 else OTHER)))}
                             for i, p in enumerate(train)])
-    write_scripted_model(pi0, ["2*3*4"])  # a model directory: an identity, a tokenizer for the PTS plot
+    write_scripted_model(pi0, [PI0_ANSWER])  # a model directory: an identity, a tokenizer for the PTS plot
     value, pi0_id = {"temperature": 1.0, "top_p": 1.0, "n": 8}, model_identity(str(pi0))
     lake.append("values", [{**value, "prompt_id": p, "model_id": pi0_id, "n_success": s}
                            for p, s in zip(train, (0, 4, 1, 8))]
@@ -77,8 +79,10 @@ def _starting_lake(lake: Lake, pi0, seed: int) -> None:
 
 
 def _fake_seed(out, seed: int, shift: dict[str, int]) -> dict:
-    """A finished seed: its lake's prompts (half of them need a product), per-prompt eval counts (n = 20) at step 0
-    and 10 for each method (`shift` added on the skill prompts only), its summary."""
+    """A finished seed: its lake's prompts (half of them need a product) with the solver's solutions, per-prompt
+    eval counts (n = 20) at step 0 and 10 for each method (`shift` added on the skill prompts only), a last
+    checkpoint per run (scripted: the lake arms' answer the skill's solution half the time, the others π0's
+    answer only), its summary."""
     rng = random.Random(seed)
     prompts = [f"countdown/{1000 + seed}/{i}" for i in range(30)]
     lake = Lake.init(out / f"seed-{seed}" / "lake")
@@ -86,6 +90,9 @@ def _fake_seed(out, seed: int, shift: dict[str, int]) -> dict:
                              "tests": json.dumps(dict(zip(("numbers", "target"), SKILL if i % 2 else OTHER)))}
                             for i, p in enumerate(prompts)])
     _starting_lake(lake, out / f"seed-{seed}" / "models" / "pi0", seed)
+    lake.append("trajectories", [{"trajectory_id": f"t-held-out-{i}", "prompt_id": p, "source": "human",
+                                  "response_text": SKILL_ANSWER if i % 2 else PI0_ANSWER,
+                                  "response_hash": f"h-held-out-{i}"} for i, p in enumerate(prompts)])
     lake.snapshot(f"demo-{seed}")
     base = {p: rng.randint(0, 12) for p in prompts}
     results = []
@@ -93,6 +100,8 @@ def _fake_seed(out, seed: int, shift: dict[str, int]) -> dict:
         run_id = name.replace(" ", "-") + f"-s{seed}"
         evals = out / f"seed-{seed}" / "runs" / run_id / "evals"
         evals.mkdir(parents=True)
+        write_scripted_model(evals.parent / "checkpoints" / "step-0000010",
+                             [PI0_ANSWER, SKILL_ANSWER] if name in LAKE_ARMS else [PI0_ANSWER])
         curve = []
         for step, delta in ((0, 0), (10, shift.get(name, 0))):
             counts = [[p, 20, min(20, base[p] + (delta if i % 2 else 0))] for i, p in enumerate(prompts)]
@@ -120,6 +129,11 @@ def test_report_over_seeds_has_pi0_the_claims_per_problem_group_and_plots(tmp_pa
     other = {r[0]: float(r[3].split(" ±")[0]) for r in rows}
     assert skill["SPO half-online"] == pytest.approx(skill[PI0] + 0.15, abs=2e-3)
     assert other["SPO half-online"] == pytest.approx(other[PI0], abs=1e-3)
+    # Δ nats of the held-out solver solutions: the lake arms' checkpoints put half their mass on the skill's answer
+    # (π0 only ε), and give up about log 2 on π0's answer to the other problems; an online arm's is π0's model
+    nats = {r[0]: (float(r[5].split(" ±")[0]), float(r[6].split(" ±")[0])) for r in rows}
+    assert nats[PI0] == (0.0, 0.0) and nats["PPO"] == (0.0, 0.0)
+    assert nats["SPO half-online"][0] > 5 and -1.0 < nats["SPO half-online"][1] < -0.3
     verdicts = {c["text"]: c["verdict"] for c in summary["claims"]}
     assert len(verdicts) == len(CLAIMS)
     # +0.10 over the best online-only arm is exactly 0.10: the bound is reached (and a 0 interval is not above 0)
@@ -131,6 +145,12 @@ def test_report_over_seeds_has_pi0_the_claims_per_problem_group_and_plots(tmp_pa
     assert verdicts["PPO loses at most 0.02 pass@1 to π0 on the other problems"] == "holds"
     assert verdicts["SPO steps faster than PPO (seconds per step, lower is better)"] == "holds"
     assert verdicts["SPO needs less memory than PPO (training state, lower is better)"] == "holds"
+    (absorbs,) = [t for t in verdicts if t.startswith("SPO half-online absorbs more of the skill's solutions than "
+                                                       "the best online-only arm")]
+    assert verdicts[absorbs] == "holds"
+    assert verdicts["SPO half-online absorbs more of the skill's solutions than SFT→GRPO (nats)"] == "not shown"
+    fit = json.loads((tmp_path / "seed-0" / "lake_fit.json").read_text())  # scored once, then read back
+    assert set(fit) == {PI0} | {m["run_id"] for m in seeds[0]["methods"]} and len(fit[PI0]) == 30
     report = (tmp_path / "report.md").read_text()
     assert "| π0 |" in report and "**holds**" in report and "**reversed**" in report
     assert (tmp_path / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
