@@ -153,6 +153,10 @@ def test_report_over_seeds_has_pi0_the_claims_per_problem_group_and_plots(tmp_pa
     assert set(fit) == {PI0} | {m["run_id"] for m in seeds[0]["methods"]} and len(fit[PI0]) == 30
     report = (tmp_path / "report.md").read_text()
     assert "| π0 |" in report and "**holds**" in report and "**reversed**" in report
+    # the reading under the claims: the targets that miss (the +0.10 one, GRPO + lake solutions) and pass@1 beside nats
+    assert "8 of 10 targets hold. Those that do not:" in report
+    assert "- SPO half-online ≥ GRPO + lake solutions pass@1 on the skill problems: **reversed**, -0.050" in report
+    assert f"; SPO half-online {skill['SPO half-online']:.3f} / {nats['SPO half-online'][0]:.2f};" in report
     assert (tmp_path / "pass_at_k.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((tmp_path / "demo_metrics.json").read_text())["claims"][0]["verdict"] == "not shown"
     skill, other = (summary["starting_point"][0][g] for g in ("skill", "other"))
