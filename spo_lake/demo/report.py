@@ -383,7 +383,7 @@ def reading(rows: list[list[str]], claims: list[tuple[Claim, Paired]]) -> list[s
     beside its skill Δ nats, which tells "learned nothing from the lake" from "absorbed it, not yet as the mode"."""
     targets = [(c, p) for c, p in claims if c.target]
     missed = [(c, p) for c, p in targets if c.verdict(p) != "holds"]
-    lines = [f"{len(targets) - len(missed)} of {len(targets)} targets hold." + (" Those that do not:" if missed else "")]
+    lines = [f"{len(targets) - len(missed)} of {len(targets)} targets hold." + (" Those that do not:" * bool(missed))]
     lines += [f"- {c.text}: **{c.verdict(p)}**, {p.mean:+.3f} [{p.low:+.3f}, {p.high:+.3f}]" for c, p in missed]
     column = {name: i for i, name in enumerate(COLUMNS)}
     lines += ["", "Skill pass@1 beside skill Δ nats (mean over seeds): " + "; ".join(
