@@ -19,7 +19,7 @@ from spo_lake.models.tokens import render_prompt
 from spo_lake.rl.run import checkpoint_dirs
 from spo_lake.tasks import Problem
 
-PI0 = "π0"
+PI0 = "π0"  # the starting model's name in the fit cache and in the demo's report
 
 
 def solver_solutions(lake: Lake, prompt_ids: Sequence[str], snapshot: str | None) -> list[tuple[str, str, str]]:

@@ -8,14 +8,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
-from spo_lake.demo.lake_fit import seed_fit
+from spo_lake.demo.lake_fit import PI0, seed_fit
 from spo_lake.demo.stats import Paired, mean_std, paired_prompt_difference, paired_seed_difference, per_prompt_pass
 from spo_lake.lake import Lake
 from spo_lake.models.identity import model_identity
 from spo_lake.pipelines.q0 import latest_prompt_values
 from spo_lake.tasks.countdown import needs_product
 
-PI0 = "π0"
 HEADLINE = "SPO half-online"
 BEST_ONLINE = "best online-only arm"  # resolved per report: the online-only arm with the highest mean
 ONLINE_ONLY = ("PPO", "GRPO", "SPO online")

@@ -36,7 +36,6 @@ from spo_lake.pipelines.recipe import Recipe, load_recipe, run_recipe
 from spo_lake.rl.run import read_metrics
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "quickstart.toml"
-PI0 = "π0"
 
 
 @dataclass(frozen=True)
