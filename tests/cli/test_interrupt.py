@@ -184,7 +184,9 @@ def test_eval_stops_on_ctrl_c(work):
     readable(work / "lake")
 
 
-def test_demo_stops_on_ctrl_c(work):
+def test_demo_stops_on_ctrl_c(work, fast_model_dir):
+    for name in ("pi0", "cot"):  # built models are kept: the demo goes on to its recipe (a build's stop: tests/demo)
+        shutil.copytree(fast_model_dir, work / "demo-out" / "seed-0" / "models" / name)
     interrupt(["demo", "--quick", "--out", "demo-out"], work, shows(r"\[1/"))
     readable(work / "demo-out" / "seed-0" / "lake")  # one directory per seed
 
