@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (idempotent), check the import layering, lint, types and the docs build, and run the whole test suite on one
-# pytest worker per core (pytest-xdist; the Ray tests share one worker: --dist loadgroup); `--fast` runs only the
-# fast tier (docs/testing.md). Other arguments go to pytest.
+# pytest worker per core (pytest-xdist: each module on one worker, in the order tests/conftest.py gives); `--fast`
+# runs only the fast tier (docs/testing.md). Other arguments go to pytest.
 set -euo pipefail
 tier=()
 if [[ "${1:-}" == "--fast" ]]; then shift; tier=(-m "not slow and not integration"); fi
@@ -13,4 +13,4 @@ bash scripts/setup.sh
 # the docs (mkdocs.yml): a broken link between pages fails (not with --quiet: it hides the warnings strict counts);
 # the site goes to a temporary directory, not the tree
 site="$(mktemp -d)"; .venv/bin/mkdocs build --strict --site-dir "$site"; rm -rf "$site"
-exec .venv/bin/python -m pytest -q -n auto --dist loadgroup "${tier[@]}" "$@"
+exec .venv/bin/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder "${tier[@]}" "$@"

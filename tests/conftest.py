@@ -64,11 +64,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_integration(item) and item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.integration)
-        if "ray_instance" in item.fixturenames:  # one local Ray instance at a time (with --dist loadgroup)
-            item.add_marker(pytest.mark.xdist_group("ray"))
-    # modules that need the default tiny build or SmolLM2 run last, by when the background builder has made them
+    # Under pytest-xdist (scripts/test.sh: --dist loadgroup) a module runs on one worker, in its order, as in a serial
+    # run: its module fixtures are made once and a test may build on the one before; the modules that start Ray
+    # share one worker, one Ray instance at a time.
+    ray = {item.module for item in items if "ray_instance" in item.fixturenames}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group("ray" if item.module in ray else item.module.__name__))
+    # Long modules first, so the short ones fill the workers' ends (--no-loadscope-reorder keeps this order); those
+    # that need the default tiny build or SmolLM2 after the other long ones, by when the background builder made them.
     late = {item.module for item in items if LATE & set(item.fixturenames)}
-    items.sort(key=lambda item: item.module in late)
+    long = {item.module for item in items if item.get_closest_marker("integration")}
+    items.sort(key=lambda item: 1 if item.module in late else 0 if item.module in long else 2)
     unmarked = [item.nodeid for item in items
                 if "tiny_model_dir" in item.fixturenames and item.get_closest_marker("slow") is None]
     if unmarked:

@@ -25,7 +25,7 @@ def doc_block(marker: str) -> str:
     return match.group(1)
 
 
-# starts Ray (Ray Data reads the snapshot): on the worker that runs the other Ray tests, one instance at a time
+# starts Ray (Ray Data reads the snapshot): on the worker of the other Ray tests, one instance at a time
 @pytest.mark.integration
 @pytest.mark.xdist_group("ray")
 def test_the_documented_block_reads_a_snapshot_with_every_engine(tmp_path, monkeypatch):
