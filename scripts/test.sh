@@ -13,4 +13,4 @@ bash scripts/setup.sh
 # the docs (mkdocs.yml): a broken link between pages fails (not with --quiet: it hides the warnings strict counts);
 # the site goes to a temporary directory, not the tree
 site="$(mktemp -d)"; .venv/bin/mkdocs build --strict --site-dir "$site"; rm -rf "$site"
-exec .venv/bin/python -m pytest -q -n auto --dist loadgroup --no-loadscope-reorder "${tier[@]}" "$@"
+exec .venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder "${tier[@]}" "$@"

@@ -51,6 +51,14 @@ def is_integration(item) -> bool:
     return params is not None and any(isinstance(v, str) and v == "s3" for v in params.params.values())
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: a worker per core this process may run on (its affinity and cgroup quota, as the verbs count their
+    threads), not psutil's count of physical cores (one on a machine whose two CPUs are one core's hyperthreads)."""
+    from spo_lake.models.threads import available_cores
+
+    return available_cores()
+
+
 def pytest_configure(config):
     """Under pytest-xdist with no more workers than cores, each worker takes its own share of the cores, so the
     torch threads of one worker's tests (and of the processes they start) do not fight the other's."""
@@ -64,15 +72,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_integration(item) and item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.integration)
-    # Under pytest-xdist (scripts/test.sh: --dist loadgroup) a module runs on one worker, in its order, as in a serial
-    # run: its module fixtures are made once and a test may build on the one before; the modules that start Ray
-    # share one worker, one Ray instance at a time.
-    ray = {item.module for item in items if "ray_instance" in item.fixturenames}
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group("ray" if item.module in ray else item.module.__name__))
-    # Long modules first, so the short ones fill the workers' ends (--no-loadscope-reorder keeps this order); those
-    # that need the default tiny build or SmolLM2 after the other long ones, by when the background builder made them.
+    # Under pytest-xdist (scripts/test.sh: --dist loadfile) a module runs on one worker, in its order, as in a serial
+    # run: its module fixtures are made once and a test may build on the one before. Long modules first, so the
+    # short ones fill the workers' ends (--no-loadscope-reorder keeps this order); those that need the default tiny
+    # build or SmolLM2 after the other long ones, by when the background builder has made them.
     late = {item.module for item in items if LATE & set(item.fixturenames)}
     long = {item.module for item in items if item.get_closest_marker("integration")}
     items.sort(key=lambda item: 1 if item.module in late else 0 if item.module in long else 2)
@@ -153,3 +156,4 @@ def ray_instance():
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+

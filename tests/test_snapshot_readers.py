@@ -25,9 +25,8 @@ def doc_block(marker: str) -> str:
     return match.group(1)
 
 
-# starts Ray (Ray Data reads the snapshot): on the worker of the other Ray tests, one instance at a time
+# starts Ray (Ray Data reads the snapshot)
 @pytest.mark.integration
-@pytest.mark.xdist_group("ray")
 def test_the_documented_block_reads_a_snapshot_with_every_engine(tmp_path, monkeypatch):
     import ray  # daft and ray[data] are test extras: a missing one fails here rather than skipping
 
