@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where Q̂0 is computed: a report (pass@k alone) does not load it
+    import torch
 
 PAPER_BETA = 1.0 / math.log(100_000)  # e^{−1/β} = 1e-5 (paper §5)
 
@@ -63,6 +65,8 @@ def check_beta(beta: float) -> None:
 
 def soft_value(success_rate: torch.Tensor, beta: float) -> torch.Tensor:
     """Q = β·log(S + (1−S)·e^{−1/β}) (§3.1.3), in log space so S = 0 gives exactly −1 for any β."""
+    import torch
+
     return beta * torch.logaddexp(torch.log(success_rate), torch.log1p(-success_rate) - 1.0 / beta)
 
 
@@ -75,6 +79,8 @@ def q0_from_counts(n, n_success, beta: float, prior: float = 0.0):
 
     Floats in → float out; tensors in → tensor out (the floating dtype of the inputs, else the default dtype).
     """
+    import torch
+
     check_beta(beta)
     as_tensor = isinstance(n, torch.Tensor) or isinstance(n_success, torch.Tensor)
     n64 = torch.as_tensor(n, dtype=torch.float64)

@@ -100,20 +100,20 @@ def pytest_collection_finish(session):
     if names:
         root = Path(cache.mkdir("spo_lake_models"))
         cores = session.config.all_cores
-        session.config.model_builder = subprocess.Popen(
-            [sys.executable, "-m", "tests.model_cache", str(root), *names], cwd=ROOT, start_new_session=True,
-            stdout=(root / "builder.log").open("wb"), stderr=subprocess.STDOUT,
-            preexec_fn=lambda: os.sched_setaffinity(0, cores))  # not this worker's share: any core that is free
+        with (root / "builder.log").open("wb") as log:
+            session.config.model_builder = subprocess.Popen(
+                [sys.executable, "-m", "tests.model_cache", str(root), *names], cwd=ROOT, start_new_session=True,
+                stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=lambda: os.sched_setaffinity(0, cores))  # not this worker's share: any free core
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """The builder may still be making a model the other worker waits for: wait for it, unless interrupted."""
+    """Stop the builder if it is still going (`-x`, Ctrl-C, a short session): a fixture that waited for it takes
+    the lock and builds the model itself."""
     builder = getattr(session.config, "model_builder", None)
-    if builder is None:
-        return
-    if exitstatus == pytest.ExitCode.INTERRUPTED:
+    if builder is not None and builder.poll() is None:
         os.killpg(builder.pid, signal.SIGKILL)
-    builder.wait()
+        builder.wait()
 
 
 def _model(request, tmp_path_factory, name: str) -> Path:

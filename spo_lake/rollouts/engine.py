@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from spo_lake.lake.rows import trajectory_row
-from spo_lake.models.backend import PolicyBackend, SampleResult
 from spo_lake.tasks import Problem, SandboxOptions, Verdict, get_task
 from spo_lake.tasks.judge import judge_many, verdict_row
 from spo_lake.tasks.normalize import response_hash
+
+if TYPE_CHECKING:  # annotations only: judging alone (`spolake judge`) never loads torch or transformers
+    import torch
+
+    from spo_lake.models.backend import PolicyBackend, SampleResult
 
 
 @dataclass(frozen=True)

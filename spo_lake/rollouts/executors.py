@@ -19,15 +19,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from spo_lake.errors import InputError
-from spo_lake.models.backend import PolicyBackend
 from spo_lake.rollouts.engine import Call, PolicySpec, Rollout, RolloutWorker
 from spo_lake.tasks import Problem, SandboxOptions, Verdict
 from spo_lake.tasks.judge import CHUNK, judge_many, task_chunks
+
+if TYPE_CHECKING:  # annotations only: judging alone (`spolake judge`) never loads torch or transformers
+    import torch
+
+    from spo_lake.models.backend import PolicyBackend
 
 EXECUTORS = ("local", "ray")
 
