@@ -25,14 +25,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 from spo_lake.models.tiny_data import training_pairs
+
+if TYPE_CHECKING:  # the Llama classes are imported where a model is made: the scripted model needs only the tokenizer
+    from transformers import LlamaForCausalLM
 
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]
 # Numbers in chunks of up to 3 digits (as Llama 3 / GPT-4 do); BPE merges the text between them freely, so the
@@ -112,6 +116,8 @@ def collate(
 
 
 def make_model(config: TinyConfig, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(config.seed)
     model_config = LlamaConfig(
         vocab_size=len(tokenizer),
