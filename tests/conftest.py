@@ -16,8 +16,9 @@ for the tests marked `real_model` (also marked slow, so `pytest -m "not slow"` s
 
 The three are built once (tests/model_cache.py): into pytest's cache directory, under a key of everything that shapes
 them and behind a file lock, so xdist workers and later sessions share one build. A background builder starts with
-the session for the ones its tests need, and the modules that need the slow builds run last; nothing depends on the
-cache (delete it, or run with `-p no:cacheprovider`, and each session builds into a temporary directory).
+the session for the ones its tests need, and the modules that need the slow builds run after the other long ones,
+by when it has made them; nothing depends on the cache (delete it, or run with `-p no:cacheprovider`, and each
+session builds into a temporary directory).
 """
 from __future__ import annotations
 
@@ -156,4 +157,3 @@ def ray_instance():
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
-

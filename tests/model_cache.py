@@ -3,7 +3,7 @@
 Each model lives under a key of everything that shapes it (config, builder source, library versions), behind a file
 lock: whoever takes the lock first builds (into a staging directory renamed into place), everyone else waits and
 then finds it built. `tests/conftest.py` starts `python -m tests.model_cache CACHE NAME...` once per session for the
-models its tests need, so a two-minute build runs beside the first tests instead of stalling the test that needs it.
+models its tests need, so a build of minutes runs beside the first tests instead of stalling the test that needs it.
 """
 from __future__ import annotations
 
