@@ -407,7 +407,11 @@ def parse_value(text: str) -> Any:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `key=value` and `streams.<name>.<key>=value` assignments to a raw config mapping."""
-    data = {**data, "streams": [dict(s) for s in data.get("streams", [])]}
+    streams = data.get("streams", [])
+    _check(isinstance(streams, list) and all(isinstance(s, dict) for s in streams),
+           "config: streams must be [[streams]] tables, each naming its stream (name = \"online\"), not "
+           + ("a table" if isinstance(streams, dict) else repr(streams)))
+    data = {**data, "streams": [dict(s) for s in streams]}
     for item in overrides:
         _check("=" in item, f"--set expects key=value, got {item!r}")
         key, text = (part.strip() for part in item.split("=", 1))
@@ -439,9 +443,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise InputError(f"config file {path} not found") from None
         except tomllib.TOMLDecodeError as exc:
             raise InputError(f"{path}: invalid TOML: {exc}") from None
-    data = apply_overrides(data, overrides or [])
     try:
-        return validate(_parse(data))
+        return validate(_parse(apply_overrides(data, overrides or [])))
     except ValueError as exc:
         raise InputError(located_error(path, text, str(exc))) from None
 

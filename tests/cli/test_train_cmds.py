@@ -66,6 +66,19 @@ def test_train_reports_user_mistakes_in_one_line(invoke, fast_model_dir, tmp_pat
     assert result.output.startswith(message) and result.output.count("\n") == 1, result.output
 
 
+@pytest.mark.parametrize("streams, shown", [('[streams.online]\nkind = "online"\n', "a table"),
+                                             ("streams = 3\n", "3")])
+def test_streams_not_written_as_an_array_of_tables_are_one_line_naming_the_line(invoke, fast_model_dir, tmp_path,
+                                                                               streams, shown):
+    # `--set streams.online.kind=...` reads like a TOML table; in a file a stream is a [[streams]] table with a name
+    config = tmp_path / "run.toml"
+    config.write_text(f'model = "{fast_model_dir}"\nsteps = 2\n{streams}')
+    result = invoke("train", "--config", config, "--run-dir", tmp_path, "--quiet")
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"error: {config}:line 3: config: streams must be [[streams]] tables")
+    assert result.output.rstrip().endswith(f"not {shown}")
+
+
 def test_eval_prints_pass_at_k_and_records_the_run(invoke, prepared_lake, fast_model_dir):
     result = invoke("eval", "--model", fast_model_dir, "--n", 4, "--k", "1,4", "--max-new-tokens", 8,
                     "--where", "p.prompt_id <> 'countdown/0/2'", "--workers", 1)
