@@ -4,7 +4,8 @@ torch's own default is every core of the machine, which is wrong twice over: in 
 process may use fewer cores than the machine has, and when the rollout worker samples while the trainer updates, both
 run torch at once, so each of them taking every core makes them fight (on a busy 2-core machine an update that takes
 0.15 s with one thread swung between 0.2 and 2.7 s with two). `torch.set_num_threads` is process-wide (threads started
-later follow it), so the count is per torch user times the users running at once.
+later follow it), so the count is per torch user times the users running at once. OMP_NUM_THREADS, which torch's
+own default follows, caps the count here too: a user (or a parent such as `spolake demo`) who set it gets no more.
 """
 from __future__ import annotations
 
@@ -42,9 +43,19 @@ def available_cores() -> int:
     return max(1, min(cores, math.floor(quota))) if quota else cores
 
 
+def thread_cap() -> int | None:
+    """OMP_NUM_THREADS, the usual way to cap a process's compute threads (its first level: OpenMP allows a list);
+    None when unset or not a positive count (OpenMP ignores those too)."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() and int(first) > 0 else None
+
+
 def default_threads(concurrent: int = 1) -> int:
-    """Threads for each of `concurrent` torch users running at once (trainer + rollout worker = 2)."""
-    return max(1, available_cores() // concurrent)
+    """Threads for each of `concurrent` torch users running at once (trainer + rollout worker = 2), at most
+    OMP_NUM_THREADS when that is set (`spolake demo` sets 1 for its training children)."""
+    share = max(1, available_cores() // concurrent)
+    cap = thread_cap()
+    return min(share, cap) if cap else share
 
 
 def use_threads(threads: int | None = None, concurrent: int = 1) -> int:

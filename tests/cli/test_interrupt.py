@@ -34,7 +34,8 @@ from spo_lake.lake import Lake, table_names
 SPOLAKE = str(Path(sys.executable).with_name("spolake"))
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 HANG_S = 120  # a verb still running this long after Ctrl-C did not stop: a bound on hanging, not a speed limit
-BIG = 300_000  # trajectories in the big input: ingest, dedup, evaluate and refprobs each take many seconds on it
+BIG = 100_000  # trajectories in the big input: ingest, dedup, evaluate and refprobs each take seconds on it (ingest
+# 16 s and dedup 11 s on 2 cores with two busy loops beside them)
 
 
 class Verb:

@@ -37,6 +37,18 @@ def test_the_default_follows_the_cpu_affinity_and_splits_between_concurrent_user
     assert default_threads(2) == max(1, available_cores() // 2)
 
 
+@pytest.mark.parametrize("omp, expected", [("1", [1, 1]), ("1,1", [1, 1]), ("", [2, 1]), ("0", [2, 1]),
+                                           ("many", [2, 1])])
+@pytest.mark.skipif(available_cores() < 2, reason="needs two usable cores to tell a cap from the default")
+def test_omp_num_threads_caps_the_default_and_is_ignored_when_not_a_count(omp, expected):
+    # two cores (the test's machine may have more): without a cap, 2 threads for one user and 1 each for two
+    code = ("import os; os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2]); "
+            "from spo_lake.models.threads import default_threads; print(default_threads(), default_threads(2))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OMP_NUM_THREADS": omp}).stdout.split()
+    assert [int(n) for n in out] == expected
+
+
 def test_use_threads_sets_torch_and_rejects_negative_counts():
     before = torch.get_num_threads()
     try:
