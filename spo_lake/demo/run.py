@@ -217,7 +217,8 @@ def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_sample
                   log: Callable[[str], None], jobs: int) -> list[MethodResult]:
     """Every run as a `spolake train` child, `jobs` at a time (each child runs one torch thread, so one per core),
     with a progress bar per run read from its metrics.jsonl; results in the order of `runs`. Runs are seeded and
-    single-threaded, so running them side by side changes their wall times, not their results."""
+    single-threaded, so running them side by side changes their wall times, not their results. A run that fails
+    stops the others at once, as one after another it would stop those after it (a rerun resumes them)."""
     if jobs <= 1:
         return [train_method(lake_path, name, config, online_samples, out, log) for name, config in runs.items()]
     with progress_bar() as bar, ThreadPoolExecutor(jobs) as pool:
@@ -226,13 +227,17 @@ def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_sample
                    for name, config in runs.items()}
         try:
             while True:
+                for future in futures.values():
+                    if future.done() and future.exception() is not None:
+                        future.result()  # raises: the others are stopped below
                 finished = all(f.done() for f in futures.values())  # read before the bars: their last update is final
                 for name, config in runs.items():
                     bar.update(tasks[name], completed=_steps_done(Path(config["run_dir"]) / config["run_name"]))
                 if finished:
                     return [futures[name].result() for name in runs]
                 time.sleep(1.0)
-        except BaseException:  # interrupted: stop the running children (the pool's exit then collects their threads)
+        except BaseException:  # a run failed, or interrupted: stop the running children (the pool's exit then
+            # collects their threads)
             for future in futures.values():
                 future.cancel()
             for proc in list(_children):

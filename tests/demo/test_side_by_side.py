@@ -44,12 +44,14 @@ def without_timings(run_dir) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in read_metrics(run_dir)]
 
 
-def test_a_failing_run_side_by_side_is_named_with_its_log(lake, fast_model_dir, tmp_path):
+def test_a_failing_run_side_by_side_is_named_with_its_log_and_stops_the_others(lake, fast_model_dir, tmp_path):
     config = runs(fast_model_dir, tmp_path)
     config["GRPO"]["snapshot"] = "no-such-snapshot"
+    config["SPO"]["steps"] = 500  # minutes of training: not waited for once GRPO has failed
     with pytest.raises(RuntimeError, match=r"GRPO: training exited with 1; its output: .*grpo\.log"):
         train_methods(lake.root, config, 8, tmp_path, print, jobs=2)
     assert "no snapshot named 'no-such-snapshot'" in (tmp_path / "logs" / "grpo.log").read_text()
+    assert "finished at step" not in (tmp_path / "logs" / "spo.log").read_text()  # stopped, not waited for
 
 
 RECIPE = """
