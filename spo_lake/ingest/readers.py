@@ -5,6 +5,7 @@ invalid UTF-8, truncated JSON, non-object lines, oversized lines and empty input
 """
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
@@ -92,6 +93,8 @@ def _jsonl_lines(path: Path, fh: Any, limit: int) -> Iterator[Located]:
     while raw := fh.readline(limit + 1):
         lineno += 1
         where = f"{path}:line {lineno}"
+        if lineno == 1:
+            raw = raw.removeprefix(codecs.BOM_UTF8)  # as Windows tools write it; JSON parsers may ignore it
         if len(raw) > limit and not raw.endswith(b"\n"):
             raise IngestError(f"{where}: line longer than {limit} bytes (SPOLAKE_MAX_LINE_BYTES)")
         try:
@@ -150,7 +153,7 @@ def read_parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.Table]:
 def read_csv(path: Path) -> Iterator[Located]:
     """CSV with a header row. Cells of list/object fields (token_ids, logprobs, tests, metadata) are JSON text;
     number fields are parsed strictly; an empty cell means "absent"."""
-    raw = path.read_bytes()
+    raw = path.read_bytes().removeprefix(codecs.BOM_UTF8)  # Excel's "CSV UTF-8" starts with one
     try:
         text, bad_utf8 = raw.decode("utf-8"), None
     except UnicodeDecodeError as exc:  # parse anyway, with the bad bytes escaped, to name the cell holding them

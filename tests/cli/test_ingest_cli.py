@@ -1,6 +1,7 @@
 """`spolake ingest` and `spolake prompts add` through the CLI: every input format, and the bad-input battery."""
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import json
@@ -66,12 +67,23 @@ def write_hf(path: Path, rows: list[dict]) -> None:
     datasets.Dataset.from_list(rows).save_to_disk(str(path))
 
 
+def with_bom(writer):
+    """The file `writer` makes, starting with a UTF-8 byte order mark (as Excel's "CSV UTF-8" and Windows editors
+    write it)."""
+    def write(path: Path, rows: list[dict]) -> None:
+        writer(path, rows)
+        path.write_bytes(codecs.BOM_UTF8 + path.read_bytes())
+    return write
+
+
 @pytest.mark.parametrize("name, writer, extra", [
     ("in.jsonl", lambda p, r: p.write_text(jsonl(r)), []),
     ("in.jsonl.gz", write_jsonl_gz, []),
     ("in.parquet", write_parquet, []),
     ("in.csv", write_csv, []),
     ("in_hf", write_hf, ["--hf"]),
+    ("bom.jsonl", with_bom(lambda p, r: p.write_bytes(jsonl(r).replace("\n", "\r\n").encode())), []),
+    ("bom.csv", with_bom(write_csv), []),
 ])
 def test_every_format_ingests_the_same_rows_and_reingest_is_a_noop(ready, lake_dir, tmp_path, name, writer, extra):
     path = tmp_path / name
