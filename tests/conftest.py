@@ -61,9 +61,12 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_configure(config):
-    """Under pytest-xdist each worker's torch users (its tests and the processes they start) get their share of the
-    cores in threads (OMP_NUM_THREADS, which `spo_lake.models.threads` and torch follow), unless the caller set it,
-    so the workers' threads do not fight; the processes themselves may run on any core, where one is free."""
+    """Ray on loopback. Under pytest-xdist each worker's torch users (its tests and the processes they start) get
+    their share of the cores in threads (OMP_NUM_THREADS, which `spo_lake.models.threads` and torch follow), unless
+    the caller set it, so the workers' threads do not fight; the processes themselves may run on any free core."""
+    # Ray instances the tests start (and the `spolake --executor ray` processes they run) listen on 127.0.0.1, not on
+    # the machine's address: Ray's switch for that is named after the platforms where it is the default
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if count and "OMP_NUM_THREADS" not in os.environ:
         from spo_lake.models.threads import available_cores

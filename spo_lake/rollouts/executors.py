@@ -17,6 +17,8 @@ loaded weights (`score`): the trainer's online stream samples through one of the
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -73,6 +75,10 @@ class RayExecutor:
 
     def __init__(self, model: PolicyBackend | PolicySpec | None, workers: int | None, address: str | None, *,
                  judge_workers: int = 1):
+        if address in (None, "local") and "ray" not in sys.modules:
+            # a local instance listens on 127.0.0.1, not on the machine's address (Ray reads this switch, named
+            # after the platforms where it is the default, when it is imported; a cluster's address is left alone)
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         try:
             import ray
         except ImportError:
