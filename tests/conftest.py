@@ -61,17 +61,16 @@ def pytest_xdist_auto_num_workers(config) -> int:
 
 
 def pytest_configure(config):
-    """Ray on loopback. Under pytest-xdist each worker's torch users (its tests and the processes they start) get
-    their share of the cores in threads (OMP_NUM_THREADS, which `spo_lake.models.threads` and torch follow), unless
-    the caller set it, so the workers' threads do not fight; the processes themselves may run on any free core."""
+    """Ray on loopback. Under pytest-xdist with no more workers than cores, each worker takes its own share of the
+    cores, so the torch threads of one worker's tests (and of the processes they start) do not fight the other's
+    (measured: the fast tier took 2 min 44 s so, 3 min 8 s with the workers unpinned and one torch thread each)."""
     # Ray instances the tests start (and the `spolake --executor ray` processes they run) listen on 127.0.0.1, not on
     # the machine's address: Ray's switch for that is named after the platforms where it is the default
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
-    if count and "OMP_NUM_THREADS" not in os.environ:
-        from spo_lake.models.threads import available_cores
-
-        os.environ["OMP_NUM_THREADS"] = str(max(1, available_cores() // count))
+    config.all_cores = sorted(os.sched_getaffinity(0))
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if worker and count <= len(config.all_cores):
+        os.sched_setaffinity(0, config.all_cores[int(worker.removeprefix("gw")) :: count])
 
 
 def pytest_collection_modifyitems(config, items):
@@ -105,10 +104,12 @@ def pytest_collection_finish(session):
     names = [name for fixture, name in MODEL_FIXTURES.items() if fixture in needed]
     if names:
         root = Path(cache.mkdir("spo_lake_models"))
+        cores = session.config.all_cores
         with (root / "builder.log").open("wb") as log:
             session.config.model_builder = subprocess.Popen(
                 [sys.executable, "-m", "tests.model_cache", str(root), *names], cwd=ROOT, start_new_session=True,
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=lambda: os.sched_setaffinity(0, cores))  # not this worker's share: any free core
 
 
 def pytest_sessionfinish(session, exitstatus):
