@@ -34,6 +34,7 @@ keeps it from signalling the zygote. Otherwise the zygote makes itself undumpabl
 cannot read its memory or fds.
 """
 import atexit
+import fcntl
 import gc
 import json
 import linecache
@@ -273,8 +274,12 @@ def serve(base, own_pidns, drop_uid, fds):
     """Answer control lines until stdin closes; returns only inside a forked child, with its request."""
     if not drop_uid:
         make_undumpable()
-    for number, (name, fd) in enumerate(sorted(fds.items())):  # out of the way of the sample's 0-4
-        fds[name] = os.dup2(fd, 100 + number)
+    # Out of the way of the sample's 0-4: each to the lowest free number from 100, which can be none of the others
+    # (dup2 to fixed numbers clobbered one passed as that number, or closed it, once the host's fds reached 100).
+    passed = dict(fds)
+    for name, fd in passed.items():
+        fds[name] = fcntl.fcntl(fd, fcntl.F_DUPFD, 100)
+    for fd in passed.values():
         os.close(fd)
     os.chmod(base, 0o1777)  # a writable private /tmp for every sample's uid
     site.setquit()  # exit() and quit(), which -S leaves out
