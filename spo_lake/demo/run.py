@@ -228,8 +228,8 @@ def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_sample
         try:
             while True:
                 for future in futures.values():
-                    if future.done() and future.exception() is not None:
-                        future.result()  # raises: the others are stopped below
+                    if future.done():
+                        future.result()  # a failed run's error: the others are stopped below
                 finished = all(f.done() for f in futures.values())  # read before the bars: their last update is final
                 for name, config in runs.items():
                     bar.update(tasks[name], completed=_steps_done(Path(config["run_dir"]) / config["run_name"]))
