@@ -1,8 +1,6 @@
 """`spolake demo`: the main job, end to end on CPU."""
 from __future__ import annotations
 
-import signal
-import sys
 from pathlib import Path
 
 import typer
@@ -43,8 +41,6 @@ def register(app: typer.Typer) -> None:
         from spo_lake.demo.run import run_demo
 
         quiet_transformers()
-        # `kill` (SIGTERM) unwinds like Ctrl-C: model builds and training children stop with the demo
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         chosen = _seeds(seeds) or ((seed,) if seed is not None else None)
         if chain:
             from spo_lake.demo.chain import run_chain_demo

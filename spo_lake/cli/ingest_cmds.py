@@ -1,8 +1,6 @@
 """Ingest verbs: `ingest` (trajectories) and `prompts add` (files or built-in dataset loaders)."""
 from __future__ import annotations
 
-import signal
-import sys
 from dataclasses import asdict
 from pathlib import Path
 
@@ -83,8 +81,6 @@ def register(app: typer.Typer) -> None:
 
         next(iter(batches()))  # a missing, empty or unreadable input fails before a lake is created
         lake = open_lake(create=True)
-        # `kill` (SIGTERM) unwinds like Ctrl-C, so the files staged so far are deleted; kill -9 leaves them to vacuum.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         with console.status(f"validating and writing {path}"):
             report = ingest_trajectories(lake, batches, source=source, task=task,
                                          defaults={"model": model, "run_id": run_id, "tokenizer": tokenizer})

@@ -1,9 +1,11 @@
-"""Ctrl-C: every verb stops within a couple of seconds, says so in one line, and exits 130 (128 + SIGINT).
+"""Ctrl-C: every verb stops within a couple of seconds, says so in one line, and exits 130 (128 + SIGINT). `kill`
+(SIGTERM) stops it the same way and exits 143 (128 + SIGTERM): a run it ends is recorded interrupted, not left
+`running` (a demo terminating its training children, a scheduler stopping a job).
 
-The first SIGINT raises `Interrupted` in the main thread, so `finally` blocks and context managers run as usual
+The first signal raises `Interrupted` in the main thread, so `finally` blocks and context managers run as usual
 (a pipeline's `runs` row says failed, a trainer closes its worker). Some waits cannot be cut short from Python:
 a `with ThreadPoolExecutor` block finishes every queued job before it exits, a sandbox run its test. So the
-first SIGINT also arms a watchdog: GRACE_S later, or at a second SIGINT, the process leaves through os._exit
+first signal also arms a watchdog: GRACE_S later, or at a second signal, the process leaves through os._exit
 wherever it is (the watchdog first records the runs still open as interrupted: `spo_lake.ending`). That is safe
 for the lake for the same reason a SIGKILL is: every write is a Delta commit, which either lands whole or not at
 all, and every verb skips what earlier commits hold, so a rerun continues.
@@ -19,27 +21,31 @@ import threading
 
 from spo_lake.ending import record_open_endings
 
-EXIT_CODE = 130
+EXIT_CODE = 130  # Ctrl-C's; SIGTERM's is 143: 128 + the signal's number, as a shell reports a process it killed
 GRACE_S = 1.5
 MESSAGE = "interrupted; rerun to continue"
 
 _fired = threading.Event()
 _said = threading.Lock()
+_exit_code = EXIT_CODE
 
 
 class Interrupted(BaseException):
-    """Raised in the main thread by the first Ctrl-C."""
+    """Raised in the main thread by the first Ctrl-C or SIGTERM."""
 
 
 def install() -> None:
-    """Handle SIGINT as above. Installed even where SIGINT was inherited as ignored (a job started with `&` from
-    a script): a user who presses Ctrl-C or sends SIGINT to a verb wants it to stop."""
-    signal.signal(signal.SIGINT, _on_sigint)
+    """Handle SIGINT and SIGTERM as above. Installed even where SIGINT was inherited as ignored (a job started with
+    `&` from a script): a user who presses Ctrl-C or sends SIGINT to a verb wants it to stop."""
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
 
 
-def _on_sigint(signum: int, frame: object) -> None:
-    if _fired.is_set():  # a second Ctrl-C: no more waiting
+def _on_signal(signum: int, frame: object) -> None:
+    global _exit_code
+    if _fired.is_set():  # a second signal: no more waiting
         leave()
+    _exit_code = 128 + signum
     _fired.set()
     watchdog = threading.Timer(GRACE_S, _force_exit)
     watchdog.daemon = True
@@ -63,4 +69,4 @@ def leave() -> None:
         except (OSError, ValueError):  # a closed pipe has nothing left to flush to
             pass
     os.write(2, f"\n{MESSAGE}\n".encode())  # the newline ends the terminal's "^C" (or a progress line)
-    os._exit(EXIT_CODE)
+    os._exit(_exit_code)

@@ -1,7 +1,8 @@
 """Ctrl-C on every long verb, as a user does it: a real `spolake` process, started the way a shell starts a
 background job (SIGINT ignored on entry: the reported "Ctrl-C did not stop pts"), gets SIGINT on its process group
 (what a terminal's Ctrl-C sends) once its work is under way. It must exit 130 with the one line "interrupted; rerun
-to continue", and leave a lake that reads and that a rerun continues.
+to continue", and leave a lake that reads and that a rerun continues. `kill` (SIGTERM to the process alone) stops a
+verb the same way with exit 143, and the run it stopped is recorded interrupted.
 
 "Within a couple of seconds" is the watchdog's promise (GRACE_S after the first SIGINT the process leaves wherever
 it is), and it is tested as a mechanism: a verb whose main thread waits on a job that would run for minutes still
@@ -66,9 +67,16 @@ class Verb:
             time.sleep(0.05)
 
     def ctrl_c(self) -> float:
-        """SIGINT to the process group; seconds until the process exited."""
+        """SIGINT to the process group (a terminal's Ctrl-C); seconds until the process exited."""
+        return self.stop(lambda: os.killpg(self.proc.pid, signal.SIGINT))
+
+    def kill(self) -> float:
+        """SIGTERM to the process alone (`kill PID`); seconds until the process exited."""
+        return self.stop(lambda: os.kill(self.proc.pid, signal.SIGTERM))
+
+    def stop(self, send: Callable[[], None]) -> float:
         sent = time.monotonic()
-        os.killpg(self.proc.pid, signal.SIGINT)
+        send()
         try:
             self.proc.wait(timeout=HANG_S)
         finally:
@@ -102,14 +110,16 @@ def run_statuses(lake: Path) -> dict[str, str]:
     return {r["run_id"]: r["status"] for r in Lake.open(lake).sql(query).to_pylist()}
 
 
-def interrupt(args: list[str], cwd: Path, ready: Callable[[Verb], bool]) -> Verb:
+def interrupt(args: list[str], cwd: Path, ready: Callable[[Verb], bool], kill: bool = False) -> Verb:
+    """Start the verb, Ctrl-C it (or `kill` it) once `ready`, and check its exit: the code and the one line."""
     verb = Verb(args, cwd)
     verb.wait_until(ready)
-    took = verb.ctrl_c()
+    took = verb.kill() if kill else verb.ctrl_c()
     lines = [line.strip() for line in verb.stderr.splitlines() if line.strip()]
-    assert verb.proc.returncode == EXIT_CODE, verb.stderr[-2000:]
+    assert verb.proc.returncode == (128 + signal.SIGTERM if kill else EXIT_CODE), verb.stderr[-2000:]
     assert lines[-1] == MESSAGE and lines.count(MESSAGE) == 1, verb.stderr[-2000:]
-    print(f"{args[2]} stopped {took:.1f} s after Ctrl-C")  # shown with -s or on a failure; never a verdict
+    # shown with -s or on a failure; never a verdict
+    print(f"{args[2]} stopped {took:.1f} s after {'SIGTERM' if kill else 'Ctrl-C'}")
     return verb
 
 
@@ -154,6 +164,10 @@ def test_ingest_stops_all_or_nothing_and_a_rerun_lands_everything(work):
     assert readable(work / "lake")["trajectories"] == before["trajectories"] + BIG
 
 
+TRAIN = ["--config", "train.toml", "--set", "model='models/pi0'", "--set", "steps=100000", "--set", "eval_every=0",
+         "--set", "device='cpu'"]
+
+
 @pytest.mark.parametrize("verb, args, label", [
     ("dedup", [], "dedup ━"),
     ("judge", ["--workers", "2"], "judge ━"),
@@ -163,8 +177,7 @@ def test_ingest_stops_all_or_nothing_and_a_rerun_lands_everything(work):
     ("pts", ["--model", "models/pi0", "--k", "2000", "--s0-range", "0", "1", "--max-new-tokens", "24",
              "--where", "t.source = 'reference'"], "pts ━"),
     ("pipeline", ["run", "recipe.toml"], "q0 ━"),
-    ("train", ["--config", "train.toml", "--set", "model='models/pi0'", "--set", "steps=100000",
-               "--set", "eval_every=0", "--set", "device='cpu'"], r"spo \S+ +━"),
+    ("train", TRAIN, r"spo \S+ +━"),
 ])
 def test_a_long_verb_stops_on_ctrl_c(work, verb, args, label):
     if verb == "judge":
@@ -176,6 +189,18 @@ def test_a_long_verb_stops_on_ctrl_c(work, verb, args, label):
     if verb in ("sample", "q0", "pts", "refprobs", "train", "pipeline"):  # the verbs that record runs
         assert new and set(new.values()) == {"interrupted"}, new
     assert not {"running", "failed"} & set(new.values()), new
+
+
+@pytest.mark.parametrize("verb, args, label", [
+    ("train", TRAIN, r"spo \S+ +━"),
+    ("sample", ["--model", "models/pi0", "--n", "5000", "--max-new-tokens", "24"], "sample ━"),
+])
+def test_kill_stops_a_verb_as_ctrl_c_does_and_its_run_is_recorded_interrupted(work, verb, args, label):
+    """`kill` (SIGTERM, exit 143): a run it stopped used to stay `running` for ever (the process died where it was)."""
+    before = run_statuses(work / "lake")
+    interrupt(["--lake", "lake", verb, *args], work, shows(label), kill=True)
+    new = {run: status for run, status in run_statuses(work / "lake").items() if run not in before}
+    assert new and set(new.values()) == {"interrupted"}, new
 
 
 def test_eval_stops_on_ctrl_c(work):

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from spo_lake.lake import Lake
 from spo_lake.models.tiny import is_built
 from spo_lake.rl.run import checkpoint_dirs
 
@@ -88,3 +89,7 @@ def test_a_killed_demo_stops_its_model_builds_and_its_training_runs(tmp_path, fa
     assert any("spo_lake.cli.app" in line and " train " in line for line in below.values())  # the runs
     wait_for(lambda: not any(alive(p) for p in below), "the training runs to stop", 120)
     assert not any(checkpoint_dirs(run) for run in (runs / "seed-0" / "runs").iterdir())  # no run got to its end
+    # the terminated `spolake train` child recorded its end (it used to die as it was: its run stayed `running`)
+    statuses = Lake.open(runs / "seed-0" / "lake").sql(
+        "SELECT arg_max(status, created_at) AS status FROM runs WHERE kind = 'train' GROUP BY run_id").to_pylist()
+    assert statuses and {r["status"] for r in statuses} == {"interrupted"}, statuses
