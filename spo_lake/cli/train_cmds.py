@@ -87,7 +87,8 @@ def register(app: typer.Typer) -> None:
               n: int = typer.Option(20, "--n", help="samples per prompt"),
               temperature: float = typer.Option(0.4, help="sampling temperature"),
               top_p: float = typer.Option(0.95, help="nucleus sampling p"),
-              k: str = typer.Option("1,10", "--k", help="comma-separated k values"),
+              k: str | None = typer.Option(None, "--k", help="comma-separated k values [default: 1,10; 1,n when n < "
+                                           "10]"),
               max_new_tokens: int = typer.Option(512, help="response length limit"),
               max_prompts: int | None = typer.Option(None, help="evaluate at most this many prompts"),
               seed: int = typer.Option(0, help="sampling seed"),
@@ -106,8 +107,8 @@ def register(app: typer.Typer) -> None:
         from spo_lake.rl.trainer import resolve_device
 
         quiet_transformers()
-        try:
-            ks = tuple(int(x) for x in k.split(",") if x.strip())
+        try:  # the default keeps to the samples there are: `--n 4` reports pass@1 and pass@4, not an error
+            ks = tuple(int(x) for x in k.split(",") if x.strip()) if k is not None else tuple(sorted({1, min(10, n)}))
         except ValueError:
             raise InputError(f"--k {k!r}: expected comma-separated integers such as 1,10") from None
         settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)

@@ -88,6 +88,11 @@ def test_eval_prints_pass_at_k_and_records_the_run(invoke, prepared_lake, fast_m
     assert len(run) == 1 and set(json.loads(run[0]["metrics"])) >= {"pass@1", "pass@4", "eval_reward"}
     bad = invoke("eval", "--model", fast_model_dir, "--n", 4, "--k", "1,10")
     assert bad.exit_code == 1 and "every k in 1..n" in bad.output
+    # without --k, the default 1,10 keeps to the samples there are
+    few = invoke("eval", "--model", fast_model_dir, "--n", 3, "--max-new-tokens", 8, "--no-save", "--workers", 1,
+                 "--format", "json")
+    assert few.exit_code == 0, few.output
+    assert set(json.loads(few.stdout)["pass_at_k"]) == {"1", "3"}
 
 
 @pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.toml")), ids=lambda p: p.name)
