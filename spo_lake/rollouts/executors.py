@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -85,7 +87,12 @@ class RayExecutor:
             raise InputError("the ray executor needs Ray: pip install 'spo-lake[ray]'") from None
         self.started = not ray.is_initialized()  # a caller's own instance (a test's, a notebook's) is left running
         if self.started:  # "local" starts a fresh instance rather than joining whatever cluster runs here
+            # ray.init replaces the process's SIGTERM handler with sys.exit(15); the process keeps its own (the CLI's
+            # stops a verb as Ctrl-C does, exit 143: spo_lake.cli.interrupt)
+            sigterm = signal.getsignal(signal.SIGTERM)
             ray.init(address=address or "local", include_dashboard=False, log_to_driver=False)
+            if sigterm is not None and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, sigterm)
         self.workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.model, self.judge_workers = model, judge_workers
         # (Any: Ray types an actor method's .remote only where the method is decorated with Ray's @ray.method)

@@ -148,15 +148,21 @@ def test_cli_runs_on_its_own_ray_instance_and_rejects_a_bad_executor(fast_model_
     assert json.loads(done.stdout)["evaluated"] == json.loads(done.stdout)["passed"] == 13  # the human solutions
 
 
-def test_the_instance_the_ray_executor_starts_for_itself_listens_on_loopback():
-    """Not on the machine's address: a local instance is no cluster (a fresh process, without the tests' setting)."""
-    code = ("from spo_lake.rollouts.executors import RayExecutor\n"
+def test_the_instance_the_ray_executor_starts_for_itself_listens_on_loopback_and_keeps_the_sigterm_handler():
+    """Not on the machine's address: a local instance is no cluster (a fresh process, without the tests' setting).
+    And the process's SIGTERM handler stays its own (ray.init installs sys.exit(15), which bypassed the CLI's)."""
+    code = ("import signal\n"
+            "def mine(*_): pass\n"
+            "signal.signal(signal.SIGTERM, mine)\n"
+            "from spo_lake.rollouts.executors import RayExecutor\n"
             "executor = RayExecutor(None, 1, None)\n"
             "import ray\n"
-            "print(ray.util.get_node_ip_address(), ray.get_runtime_context().gcs_address)\n"
+            "print(ray.util.get_node_ip_address(), ray.get_runtime_context().gcs_address,\n"
+            "      signal.getsignal(signal.SIGTERM) is mine)\n"
             "executor.close()\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr
-    node, gcs = done.stdout.split()
+    node, gcs, kept = done.stdout.split()
     assert node == "127.0.0.1" and gcs.startswith("127.0.0.1:"), done.stdout
+    assert kept == "True"
