@@ -189,7 +189,13 @@ def _train(lake: Lake, spec: ChainSpec, entry: dict[str, Any], log: Callable[[st
         cmd += ["--config", entry["config"]]
     cmd += ["--quiet"] if quiet else []
     log(f"run {entry['run']} ({entry['run_id']}): {' '.join(cmd[3:])}")
-    code = subprocess.run(cmd).returncode
+    child = subprocess.Popen(cmd)
+    try:
+        code = child.wait()
+    except BaseException:  # Ctrl-C or `kill` on the chain: the child stops as it would itself, recording its run
+        child.terminate()  # interrupted (subprocess.run's SIGKILL left it `running`)
+        child.wait()
+        raise
     if code != 0:
         raise RunFailed(f"chain {spec.name}: run {entry['run']} ({entry['run_id']}) exited with {code}; "
                         f"re-run the same command to continue it")

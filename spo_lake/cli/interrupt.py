@@ -3,9 +3,9 @@
 `running` (a demo terminating its training children, a scheduler stopping a job).
 
 The first signal raises `Interrupted` in the main thread, so `finally` blocks and context managers run as usual
-(a pipeline's `runs` row says failed, a trainer closes its worker). Some waits cannot be cut short from Python:
+(a run's `runs` row says interrupted, a trainer closes its worker). Some waits cannot be cut short from Python:
 a `with ThreadPoolExecutor` block finishes every queued job before it exits, a sandbox run its test. So the
-first signal also arms a watchdog: GRACE_S later, or at a second signal, the process leaves through os._exit
+first signal also arms a watchdog: GRACE_S later, or at a second Ctrl-C, the process leaves through os._exit
 wherever it is (the watchdog first records the runs still open as interrupted: `spo_lake.ending`). That is safe
 for the lake for the same reason a SIGKILL is: every write is a Delta commit, which either lands whole or not at
 all, and every verb skips what earlier commits hold, so a rerun continues.
@@ -43,8 +43,12 @@ def install() -> None:
 
 def _on_signal(signum: int, frame: object) -> None:
     global _exit_code
-    if _fired.is_set():  # a second signal: no more waiting
-        leave()
+    if _fired.is_set():
+        if signum == signal.SIGINT:  # a second Ctrl-C: no more waiting
+            leave()
+        # a SIGTERM while stopping already (a parent passing on the Ctrl-C this process got from the terminal too)
+        # waits for the watchdog, which records the open runs before it leaves
+        return
     _exit_code = 128 + signum
     _fired.set()
     watchdog = threading.Timer(GRACE_S, _force_exit)

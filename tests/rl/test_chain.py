@@ -87,8 +87,45 @@ def chain_cmd(lake: Lake, config: Path, runs: int, *extra: str) -> list[str]:
             "--runs", str(runs), "--quiet", *extra]
 
 
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def count(lake: Lake, sql: str, snapshot: str | None = None) -> int:
     return lake.sql(f"SELECT count(*) AS n FROM {sql}", snapshot).column("n")[0].as_py()
+
+
+@pytest.mark.parametrize("how", ["kill", "ctrl-c"])
+def test_a_stopped_chain_stops_its_training_child_which_records_its_run_interrupted(tmp_path, lake, fast_model_dir,
+                                                                                   how):
+    """`kill PID` (SIGTERM to the chain alone) or a terminal's Ctrl-C (SIGINT to the chain and its child, which the
+    chain then terminates too): the chain exits 143 or 130 and its `spolake train` child stops, recording its run
+    interrupted. The child used to be SIGKILLed, and its run stayed `running` for ever."""
+    config = write_config(tmp_path, fast_model_dir, steps=10_000)
+    process = subprocess.Popen(chain_cmd(lake, config, 2), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    metrics = tmp_path / "chains" / "c" / "runs" / "c-run-1" / "metrics.jsonl"
+    deadline = time.monotonic() + 1200  # bounds a hang, never judges a slow start
+    while not (metrics.exists() and metrics.read_text()) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.poll() is None, process.stderr.read().decode()[-2000:]
+    (child,) = map(int, Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split())
+    signum = signal.SIGTERM if how == "kill" else signal.SIGINT
+    if how == "kill":
+        process.send_signal(signum)
+    else:
+        os.killpg(process.pid, signum)
+    assert process.wait(timeout=600) == 128 + signum, process.stderr.read().decode()[-2000:]
+    deadline = time.monotonic() + 120  # the child records its end on its own time, if after the chain's exit
+    while alive(child):
+        assert time.monotonic() < deadline, "the training child did not stop"
+        time.sleep(0.1)
+    statuses = lake.sql("SELECT run_id, arg_max(status, created_at) AS status FROM runs WHERE kind = 'train' "
+                        "GROUP BY run_id").to_pylist()
+    assert statuses == [{"run_id": "c-run-1", "status": "interrupted"}]
 
 
 def test_a_killed_chain_resumes_and_each_run_reads_what_the_earlier_ones_wrote(tmp_path, lake, fast_model_dir):
