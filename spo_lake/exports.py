@@ -30,6 +30,8 @@ the key `spo_lake`, and next to a JSONL file as `<file>.spolake.json`. All of it
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -114,19 +116,41 @@ class Export:
         return datasets.Dataset(self.table, info=datasets.DatasetInfo(description=json.dumps(self.provenance)))
 
     def write(self, out: str | Path, fmt: ExportFormat | str = ExportFormat.parquet) -> None:
-        """Write as Parquet, JSONL (+ `<out>.spolake.json`) or a `datasets` save_to_disk directory."""
+        """Write as Parquet, JSONL (+ `<out>.spolake.json`) or a `datasets` save_to_disk directory. The output is
+        written beside `out` and renamed into place, so an interrupted export leaves what was there, never half a
+        file."""
         import pyarrow.parquet as pq
 
         fmt, out = ExportFormat(fmt), Path(out)
-        if fmt is ExportFormat.hf:
-            self.to_dataset().save_to_disk(str(out))
-        elif fmt is ExportFormat.parquet:
-            pq.write_table(self.table.replace_schema_metadata({PROVENANCE_KEY: json.dumps(self.provenance)}), out)
-        else:
-            with out.open("w") as fh:
-                for row in self.table.to_pylist():
-                    fh.write(json.dumps(row, default=str, ensure_ascii=False) + "\n")
+        if out.exists() and out.is_dir() != (fmt is ExportFormat.hf):
+            raise InputError(f"--out {out}: {'a file' if out.is_file() else 'a directory'} is there; {fmt.value} "
+                             f"writes {'a directory' if fmt is ExportFormat.hf else 'a file'}")
+        staging = out.with_name(f".{out.name}.partial")
+        _remove(staging)  # a killed export's leftovers
+        try:
+            if fmt is ExportFormat.hf:
+                self.to_dataset().save_to_disk(str(staging))
+            elif fmt is ExportFormat.parquet:
+                pq.write_table(self.table.replace_schema_metadata({PROVENANCE_KEY: json.dumps(self.provenance)}),
+                               staging)
+            else:
+                with staging.open("w") as fh:
+                    for row in self.table.to_pylist():
+                        fh.write(json.dumps(row, default=str, ensure_ascii=False) + "\n")
+            if out.is_dir():  # a directory is not renamed over a full one
+                shutil.rmtree(out)
+            os.replace(staging, out)
+        finally:
+            _remove(staging)
+        if fmt is ExportFormat.jsonl:
             Path(f"{out}.spolake.json").write_text(json.dumps(self.provenance, indent=2) + "\n")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def export(lake: Lake, snapshot: str, shape: Shape | str = Shape.raw, query: str | None = None,

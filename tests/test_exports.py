@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spo_lake import Lake, export, ingest, ingest_prompts
+from spo_lake.errors import InputError
 from spo_lake.ingest.shapes import formatted_prompt
 
 PROMPT_COLUMNS = ["prompt", "prompt_id", "task", "problem", "tests", "time_limit_s", "memory_limit_mb",
@@ -106,6 +107,29 @@ def test_every_export_reingests_as_a_noop_and_records_its_provenance(lake, tmp_p
     report = ingest(lake, str(out), split="train" if fmt == "hf" else None)
     assert (report.new, report.present) == (0, result.table.num_rows * (2 if shape == "dpo" else 1))
     assert lake.versions() == before
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "hf"])
+def test_an_export_over_an_earlier_one_replaces_it_whole(lake, tmp_path, fmt):
+    """Written beside the output and renamed into place: no staging left, nothing of the earlier export kept (a
+    `datasets` directory is replaced, not written into); a file where a directory goes, or the reverse, is an error
+    that leaves it."""
+    out = tmp_path / "out"
+    export(lake, "s1", "raw", "SELECT * FROM trajectories").write(out, fmt)
+    export(lake, "s1", "raw", "SELECT * FROM trajectories LIMIT 1").write(out, fmt)
+    if fmt == "parquet":
+        rows = pq.read_table(out).num_rows
+    elif fmt == "jsonl":
+        rows = len(out.read_text().splitlines())
+    else:
+        rows = datasets.load_from_disk(str(out)).num_rows
+    assert rows == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] + (["out.spolake.json"] if fmt == "jsonl" else [])
+    other = tmp_path / "other"
+    other.mkdir() if fmt != "hf" else other.write_text("mine")
+    with pytest.raises(InputError, match=f"--out {other}: a (file|directory) is there"):
+        export(lake, "s1", "raw", "SELECT * FROM trajectories").write(other, fmt)
+    assert other.exists() and (fmt != "hf" or other.read_text() == "mine")
 
 
 def test_the_prompt_export_readds_as_a_noop(lake, tmp_path):
