@@ -23,6 +23,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -173,9 +174,11 @@ _children: set[subprocess.Popen] = set()
 
 
 def train_method(lake_path: str, name: str, config: dict[str, Any], online_samples: int, out: Path,
-                 log: Callable[[str], None], *, quiet: bool = False) -> MethodResult:
+                 log: Callable[[str], None], *, quiet: bool = False,
+                 stop: threading.Event | None = None) -> MethodResult:
     """One `spolake train` child; wall time and peak RSS from os.wait4 are that run's alone. `quiet` sends the
-    child's output to out/logs/RUN.log (for runs side by side, whose progress bars would interleave)."""
+    child's output to out/logs/RUN.log (for runs side by side, whose progress bars would interleave). A child
+    started once `stop` is set (the runs side by side are being stopped) is terminated at once."""
     config_path = out / "configs" / f"{config['run_name']}.toml"
     config_path.parent.mkdir(parents=True, exist_ok=True)
     config_path.write_text(_toml(config))
@@ -194,6 +197,8 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
     else:
         proc = subprocess.Popen(cmd)
     _children.add(proc)
+    if stop is not None and stop.is_set():  # started as the running ones were terminated: it would be missed
+        proc.terminate()
     try:
         _, status, usage = os.wait4(proc.pid, 0)
     except BaseException:  # interrupted while this thread waits (runs one at a time)
@@ -221,9 +226,11 @@ def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_sample
     stops the others at once, as one after another it would stop those after it (a rerun resumes them)."""
     if jobs <= 1:
         return [train_method(lake_path, name, config, online_samples, out, log) for name, config in runs.items()]
+    stop = threading.Event()
     with progress_bar() as bar, ThreadPoolExecutor(jobs) as pool:
         tasks = {name: bar.add_task(name, total=config["steps"]) for name, config in runs.items()}
-        futures = {name: pool.submit(train_method, lake_path, name, config, online_samples, out, log, quiet=True)
+        futures = {name: pool.submit(train_method, lake_path, name, config, online_samples, out, log, quiet=True,
+                                     stop=stop)
                    for name, config in runs.items()}
         try:
             while True:
@@ -238,6 +245,7 @@ def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_sample
                 time.sleep(1.0)
         except BaseException:  # a run failed, or interrupted: stop the running children (the pool's exit then
             # collects their threads)
+            stop.set()  # before the running children are listed: one started after that stops itself
             for future in futures.values():
                 future.cancel()
             for proc in list(_children):

@@ -1,8 +1,10 @@
 """The demo's training runs and model builds side by side (`spolake demo --jobs N`): the same results as one after
 another, each one's output in its own log, a failing run named with its log."""
+import threading
+
 import pytest
 
-from spo_lake.demo.run import build_models, train_methods
+from spo_lake.demo.run import build_models, train_method, train_methods
 from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
 from spo_lake.models.backend import TransformersPolicy
@@ -52,6 +54,16 @@ def test_a_failing_run_side_by_side_is_named_with_its_log_and_stops_the_others(l
         train_methods(lake.root, config, 8, tmp_path, print, jobs=2)
     assert "no snapshot named 'no-such-snapshot'" in (tmp_path / "logs" / "grpo.log").read_text()
     assert "finished at step" not in (tmp_path / "logs" / "spo.log").read_text()  # stopped, not waited for
+
+
+def test_a_run_started_as_the_others_are_stopped_stops_at_once(lake, fast_model_dir, tmp_path):
+    """The side-by-side runs' stop lists the children running; one started in that instant is told by the event."""
+    config = runs(fast_model_dir, tmp_path)["SPO"] | {"steps": 500}  # minutes of training: never waited for
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(RuntimeError, match="SPO: training exited with"):
+        train_method(lake.root, "SPO", config, 8, tmp_path, print, quiet=True, stop=stop)
+    assert "finished at step" not in (tmp_path / "logs" / "spo.log").read_text()
 
 
 RECIPE = """
