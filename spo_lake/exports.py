@@ -125,6 +125,9 @@ class Export:
         if out.exists() and out.is_dir() != (fmt is ExportFormat.hf):
             raise InputError(f"--out {out}: {'a file' if out.is_file() else 'a directory'} is there; {fmt.value} "
                              f"writes {'a directory' if fmt is ExportFormat.hf else 'a file'}")
+        if fmt is ExportFormat.hf and out.is_dir() and any(out.iterdir()) and not (out / "state.json").is_file():
+            # only an earlier `datasets` export is replaced: never a directory of the user's own files
+            raise InputError(f"--out {out}: a directory that is not a datasets export is there")
         staging = out.with_name(f".{out.name}.partial")
         _remove(staging)  # a killed export's leftovers
         try:

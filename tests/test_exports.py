@@ -130,6 +130,12 @@ def test_an_export_over_an_earlier_one_replaces_it_whole(lake, tmp_path, fmt):
     with pytest.raises(InputError, match=f"--out {other}: a (file|directory) is there"):
         export(lake, "s1", "raw", "SELECT * FROM trajectories").write(other, fmt)
     assert other.exists() and (fmt != "hf" or other.read_text() == "mine")
+    if fmt == "hf":  # a directory of someone's files is not an earlier export to replace
+        (tmp_path / "mine").mkdir()
+        (tmp_path / "mine" / "notes.txt").write_text("keep")
+        with pytest.raises(InputError, match="a directory that is not a datasets export is there"):
+            export(lake, "s1", "raw", "SELECT * FROM trajectories").write(tmp_path / "mine", fmt)
+        assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
 
 
 def test_the_prompt_export_readds_as_a_noop(lake, tmp_path):
