@@ -81,6 +81,17 @@ def parse_pairs(pairs: list[str] | None, option: str, shape: str) -> dict[str, s
     return out
 
 
+def parse_ks(k: str) -> tuple[int, ...]:
+    """`--k 1,10`: the k values of pass@k, each a positive integer."""
+    try:
+        ks = tuple(int(x) for x in k.split(",") if x.strip())
+    except ValueError:
+        ks = ()
+    if not ks or min(ks) < 1:
+        raise InputError(f"--k {k!r}: expected comma-separated positive integers such as 1,10")
+    return ks
+
+
 def parse_map(pairs: list[str] | None) -> dict[str, str]:
     return parse_pairs(pairs, "--map", "dst=src")
 

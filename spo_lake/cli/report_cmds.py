@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import typer
 
-from spo_lake.cli.common import console, open_lake, user_errors
+from spo_lake.cli.common import console, open_lake, parse_ks, user_errors
 from spo_lake.cli.output import ROWS_FORMAT, RowsFormat, emit_rows
 from spo_lake.errors import InputError
 
@@ -100,8 +100,7 @@ def register(app: typer.Typer) -> None:
         """pass@k (unbiased estimator) over evaluated trajectories."""
         from spo_lake.pipelines.report import passk_counts, passk_table
 
-        ks = [int(x) for x in k.split(",") if x.strip()]
-        table = passk_table(passk_counts(open_lake(), group_by, snapshot, where), ks)
+        table = passk_table(passk_counts(open_lake(), group_by, snapshot, where), list(parse_ks(k)))
         _show(table, f"pass@k by {group_by}", format)
 
     app.add_typer(report_app, name="report")

@@ -11,6 +11,7 @@ from spo_lake.cli.common import (
     Threads,
     console,
     open_lake,
+    parse_ks,
     sandbox_options,
     user_errors,
 )
@@ -107,10 +108,8 @@ def register(app: typer.Typer) -> None:
         from spo_lake.rl.trainer import resolve_device
 
         quiet_transformers()
-        try:  # the default keeps to the samples there are: `--n 4` reports pass@1 and pass@4, not an error
-            ks = tuple(int(x) for x in k.split(",") if x.strip()) if k is not None else tuple(sorted({1, min(10, n)}))
-        except ValueError:
-            raise InputError(f"--k {k!r}: expected comma-separated integers such as 1,10") from None
+        # the default keeps to the samples there are: `--n 4` reports pass@1 and pass@4, not an error
+        ks = parse_ks(k) if k is not None else tuple(sorted({1, min(10, n)}))
         settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         lake = open_lake()

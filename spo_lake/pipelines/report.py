@@ -27,7 +27,7 @@ def passk_counts(lake: Lake, group_by: str = "source", snapshot: str | Snapshot 
 
 def passk_table(counts: list[dict], ks: list[int]) -> pa.Table:
     """Mean pass@k over prompts per group, in `counts`' order; a prompt counts for k only if it has at least k
-    samples."""
+    samples. Its columns are the same with no rows (nothing evaluated yet)."""
     by_group: dict[str | None, list[tuple[int, int]]] = defaultdict(list)
     for r in counts:
         by_group[r["grp"]].append((r["n"], r["c"]))
@@ -39,4 +39,6 @@ def passk_table(counts: list[dict], ks: list[int]) -> pa.Table:
             row[f"pass@{k}"] = round(sum(eligible) / len(eligible), 4) if eligible else None
             row[f"prompts@{k}"] = len(eligible)
         rows.append(row)
-    return pa.Table.from_pylist(rows)
+    columns = [("group", pa.string()), ("prompts", pa.int64()), ("samples", pa.int64())]
+    columns += [c for k in ks for c in ((f"pass@{k}", pa.float64()), (f"prompts@{k}", pa.int64()))]
+    return pa.Table.from_pylist(rows, schema=pa.schema(columns))

@@ -61,6 +61,17 @@ def test_report_verbs_print_rows_with_null_for_a_missing_run(filled):
     assert coverage_csv == ['"source","run_id","prompts_solved","first_solved"', '"policy",,1,1']
 
 
+def test_passk_keeps_its_columns_with_nothing_evaluated_and_bad_k_values_are_one_line(spolake):
+    assert spolake("init").exit_code == 0
+    csv = spolake("report", "passk", "--k", "1,10", "--format", "csv")  # printed nothing at all
+    assert csv.exit_code == 0 and csv.stdout.splitlines() == [
+        '"group","prompts","samples","pass@1","prompts@1","pass@10","prompts@10"']
+    for k in ("x", "0", "-3", ""):  # a bug's traceback ("ValueError: pass@k needs 1 <= k <= n")
+        bad = spolake("report", "passk", "--k", k)
+        assert bad.exit_code == 1 and bad.stderr == \
+            f"error: --k {k!r}: expected comma-separated positive integers such as 1,10\n", bad.stderr
+
+
 def test_history_and_snapshot_list_are_rows_and_the_other_verbs_one_document(filled):
     (snap,) = rows_in_every_format(filled, "snapshot", "list")
     assert (snap["name"], snap["note"], snap["versions"]["trajectories"]) == ("v1", "three rows", 1)
