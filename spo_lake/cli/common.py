@@ -105,11 +105,11 @@ RAY_ADDRESS_HELP = "the Ray cluster for --executor ray, e.g. ray://head:10001 or
 Threads = Annotated[int | None, typer.Option("--threads", min=1,
                                              help="torch threads (default: the cores this process may use)")]
 Seed = Annotated[int, typer.Option(help="sampling seed")]
-GenerationBatch = Annotated[int, typer.Option(help="responses per generation batch")]
+GenerationBatch = Annotated[int, typer.Option(min=1, help="responses per generation batch")]
 Device = Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when available)")]
 ModelId = Annotated[str | None, typer.Option("--model-id", help="record and reuse the lake's rows under this model id "
                                              "instead of the model's own (e.g. an id an older lake holds for it)")]
-Workers = Annotated[int | None, typer.Option(help="parallel sandboxes (default: cores)")]
+Workers = Annotated[int | None, typer.Option(min=1, help="parallel sandboxes (default: cores)")]
 TimeoutS = Annotated[float, typer.Option(help="wall-clock limit per test")]
 MemoryMb = Annotated[int, typer.Option(help="address-space limit")]
 Sandbox = Annotated[str, typer.Option(help=SANDBOX_HELP)]

@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
               seed: int = typer.Option(0, help="sampling seed"),
               device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
               save: bool = typer.Option(True, help="write the samples and verdicts back (source policy)"),
-              workers: int | None = typer.Option(None, help="parallel sandboxes (default: cores)"),
+              workers: int | None = typer.Option(None, min=1, help="parallel sandboxes (default: cores)"),
               timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
               memory_mb: int = typer.Option(512, help="address-space limit"),
               sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
 
         quiet_transformers()
         # the default keeps to the samples there are: `--n 4` reports pass@1 and pass@4, not an error
-        ks = parse_ks(k) if k is not None else tuple(sorted({1, min(10, n)}))
+        ks = parse_ks(k) if k is not None else tuple(sorted({1, max(1, min(10, n))}))
         settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         lake = open_lake()

@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from spo_lake.errors import InputError
+
 VERDICTS = ("ok", "wrong_answer", "runtime_error", "timeout", "memory", "syntax", "output_limit", "sandbox_error")
 
 
@@ -65,6 +67,11 @@ class SandboxOptions:
     timeout_s: float = 5.0
     memory_mb: int = 512
     mode: str = "bwrap"
+
+    def __post_init__(self) -> None:
+        # a zero or negative limit would fail every program, and the lake would keep those verdicts
+        if not self.timeout_s > 0 or self.memory_mb < 1:
+            raise InputError(f"sandbox limits must be positive: timeout_s {self.timeout_s}, memory_mb {self.memory_mb}")
 
 
 class Task(Protocol):

@@ -34,6 +34,11 @@ def test_the_shared_options_reach_the_verb(filled, verb, args):
     assert filled(verb, *args, "--format", "yaml").exit_code == 2
     if "--threads" in SHARED[verb]:
         assert filled(verb, *args, "--threads", "0").exit_code == 2
+    # limits that would fail every program (and keep those verdicts) are refused before anything runs
+    assert filled(verb, *args, "--workers", "0").exit_code == 2
+    for limit in (["--timeout-s", "0"], ["--timeout-s", "-1"], ["--memory-mb", "0"]):
+        result = filled(verb, *args, *limit)
+        assert result.exit_code == 1 and result.stderr.startswith("error: sandbox limits must be positive"), limit
 
 
 def test_refprobs_takes_only_the_model_options(filled):
