@@ -263,11 +263,13 @@ def validate(c: TrainConfig) -> TrainConfig:
     _check(a.ce_eps > 0 and a.advantage_scale > 0,
            f"config: ce_eps and advantage_scale must be > 0, got {a.ce_eps}, {a.advantage_scale}")
     for key in ("steps", "batch_size", "grad_accum", "model_update_interval", "samples_per_prompt", "max_new_tokens",
-                "max_response_tokens", "page_size", "eval_n", "judge_workers", "flush_rows", "score_batch_size"):
+                "max_response_tokens", "page_size", "eval_n", "judge_workers", "flush_rows", "score_batch_size",
+                "sandbox_memory_mb"):
         _check(c.get(key) >= 1, f"config: {key} must be >= 1, got {c.get(key)}")
     for key in ("warmup_steps", "eval_every", "checkpoint_every", "rollout_lag", "lr", "value_lr", "weight_decay",
                 "q0_prior", "threads"):
         _check(c.get(key) >= 0, f"config: {key} must be >= 0, got {c.get(key)}")
+    _check(c.get("sandbox_timeout_s") > 0, f"config: sandbox_timeout_s must be > 0, got {c.get('sandbox_timeout_s')}")
     _check(o.batch_size % o.grad_accum == 0,
            f"config: batch_size {o.batch_size} is not divisible by grad_accum {o.grad_accum}")
     _check(0 <= r.temperature_min <= r.temperature_max,

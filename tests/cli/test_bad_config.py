@@ -19,6 +19,8 @@ def lake(spolake, lake_dir) -> Lake:
     ('model = "m"\nbogus_key = 1\n', ["line 2", "unknown key(s) ['bogus_key']"]),
     ('model = "m"\n\n[spo]\nbeta = 1\n', ["line 3", "unknown key(s) ['spo']"]),
     ('model = "m"\nsteps = "ten"\n', ["line 2", "steps must be int, got 'ten'"]),
+    ('model = "m"\nsandbox_timeout_s = 0\n', ["line 2", "sandbox_timeout_s must be > 0, got 0"]),
+    ('model = "m"\nsandbox_memory_mb = -1\n', ["line 2", "sandbox_memory_mb must be >= 1, got -1"]),
 ])
 def test_bad_train_configs(spolake, lake, tmp_path, text, fragments):
     config = tmp_path / "train.toml"
