@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -128,32 +129,27 @@ class Export:
         if fmt is ExportFormat.hf and out.is_dir() and any(out.iterdir()) and not (out / "state.json").is_file():
             # only an earlier `datasets` export is replaced: never a directory of the user's own files
             raise InputError(f"--out {out}: a directory that is not a datasets export is there")
-        staging = out.with_name(f".{out.name}.partial")
-        _remove(staging)  # a killed export's leftovers
+        # a staging directory of its own beside `out` (same file system, so the rename is atomic; exports to one
+        # path at once do not share it)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
         try:
+            written = staging / out.name
             if fmt is ExportFormat.hf:
-                self.to_dataset().save_to_disk(str(staging))
+                self.to_dataset().save_to_disk(str(written))
             elif fmt is ExportFormat.parquet:
                 pq.write_table(self.table.replace_schema_metadata({PROVENANCE_KEY: json.dumps(self.provenance)}),
-                               staging)
+                               written)
             else:
-                with staging.open("w") as fh:
+                with written.open("w") as fh:
                     for row in self.table.to_pylist():
                         fh.write(json.dumps(row, default=str, ensure_ascii=False) + "\n")
             if out.is_dir():  # a directory is not renamed over a full one
                 shutil.rmtree(out)
-            os.replace(staging, out)
+            os.replace(written, out)
         finally:
-            _remove(staging)
+            shutil.rmtree(staging, ignore_errors=True)
         if fmt is ExportFormat.jsonl:
             Path(f"{out}.spolake.json").write_text(json.dumps(self.provenance, indent=2) + "\n")
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        path.unlink(missing_ok=True)
 
 
 def export(lake: Lake, snapshot: str, shape: Shape | str = Shape.raw, query: str | None = None,

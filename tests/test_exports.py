@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import datasets
 import pyarrow as pa
@@ -136,6 +137,15 @@ def test_an_export_over_an_earlier_one_replaces_it_whole(lake, tmp_path, fmt):
         with pytest.raises(InputError, match="a directory that is not a datasets export is there"):
             export(lake, "s1", "raw", "SELECT * FROM trajectories").write(tmp_path / "mine", fmt)
         assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_two_exports_to_one_file_at_once_both_finish_and_leave_one_of_them_whole(lake, tmp_path):
+    out = tmp_path / "out.parquet"
+    queries = ["SELECT * FROM trajectories", "SELECT * FROM trajectories LIMIT 1"] * 4
+    with ThreadPoolExecutor(8) as pool:  # each writes in a staging directory of its own, then renames
+        list(pool.map(lambda q: export(lake, "s1", "raw", q).write(out), queries))
+    assert pq.read_table(out).num_rows in (1, export(lake, "s1", "raw", queries[0]).table.num_rows)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.parquet"]
 
 
 def test_the_prompt_export_readds_as_a_noop(lake, tmp_path):
