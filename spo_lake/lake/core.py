@@ -152,6 +152,8 @@ class Lake:
         data: a table whose log is lost, or a registry missing next to other tables, is a LakeError."""
         lake = cls.locate(path, storage_options)
         if not _is_uri(lake.root):
+            if Path(lake.root).is_file():
+                raise LakeError(f"{lake.root}: a file is there; a lake is a directory")
             Path(lake.root).mkdir(parents=True, exist_ok=True)
         lake._require_registry()
         lake._create_missing([SNAPSHOTS, *table_names()])  # the registry first: tables without one mean it was lost

@@ -34,6 +34,9 @@ def test_init_creates_every_table_and_open_finds_them(tmp_path):
     assert Lake.init(root).versions() == lake.versions()  # idempotent
     for t in table_names():
         assert DeltaTable(lake.uri(t)).metadata().configuration["delta.enableExpiredLogCleanup"] == "false"
+    (tmp_path / "notes.txt").write_text("mine")  # a file where the lake should go ("[Errno 17] File exists" before)
+    with pytest.raises(LakeError, match=r"notes\.txt: a file is there; a lake is a directory"):
+        Lake.init(tmp_path / "notes.txt")
 
 
 @pytest.mark.parametrize("kind", ["dicts", "arrow", "polars"])
