@@ -33,6 +33,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from spo_lake.errors import InputError
 from spo_lake.models.tiny_data import training_pairs
 
 if TYPE_CHECKING:  # the Llama classes are imported where a model is made: the scripted model needs only the tokenizer
@@ -66,6 +67,21 @@ class TinyConfig:
     num_layers: int = 4
     num_heads: int = 4
     max_position_embeddings: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.style not in ("direct", "cot"):
+            raise InputError(f"unknown tiny-model style {self.style!r}; use 'direct' or 'cot'")
+        counts = ("steps", "batch_size", "n_problems", "answers_per_problem", "hidden_size", "intermediate_size",
+                  "num_layers", "num_heads", "max_position_embeddings")
+        for name in counts:
+            if getattr(self, name) < 1:
+                raise InputError(f"tiny model: {name} must be at least 1, got {getattr(self, name)}")
+        for name in ("near_miss_fraction", "sign_off_fraction", "product_fraction"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise InputError(f"tiny model: {name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.warmup_steps < 0 or not self.lr > 0 or self.weight_decay < 0:
+            raise InputError(f"tiny model: need warmup_steps >= 0, lr > 0, weight_decay >= 0; got "
+                             f"{self.warmup_steps}, {self.lr}, {self.weight_decay}")
 
     def hash(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
@@ -204,15 +220,15 @@ def build_tiny_model(
 
     `overrides` are other TinyConfig fields. Deterministic for a config and thread count on one machine.
     tiny_config.json is written last, so its presence marks a finished build."""
-    if style not in ("direct", "cot"):
-        raise ValueError(f"unknown tiny-model style {style!r}; use 'direct' or 'cot'")
     unknown = sorted(set(overrides) - {f.name for f in fields(TinyConfig)})
     if unknown:
         known = ", ".join(f.name for f in fields(TinyConfig))
-        raise ValueError(f"unknown tiny-model setting(s) {', '.join(unknown)}; known: {known}")
+        raise InputError(f"unknown tiny-model setting(s) {', '.join(unknown)}; known: {known}")
     config = TinyConfig(seed=seed, style=style, **overrides)
     if steps is not None:
         config = replace(config, steps=steps)
+    if Path(out_dir).is_file():  # found now, not after minutes of training
+        raise InputError(f"{out_dir}: a file is there; a model is a directory")
     started = time.perf_counter()
     console = Console(stderr=True)
     with torch_threads(threads):

@@ -93,6 +93,28 @@ def test_model_tiny_builds_a_loadable_model(tmp_path):
     assert AutoTokenizer.from_pretrained(tmp_path / "tiny").eos_token_id == model.config.eos_token_id
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--steps", "0"], "tiny model: steps must be at least 1, got 0"),  # a ZeroDivisionError ("a bug") before
+    (["--steps", "-5"], "tiny model: steps must be at least 1, got -5"),
+    (["--style", "essay"], "unknown tiny-model style 'essay'; use 'direct' or 'cot'"),  # a ValueError's traceback
+])
+def test_model_tiny_refuses_bad_settings_in_one_line_before_building(tmp_path, args, message):
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, ["model", "tiny", "--out", str(tmp_path / "tiny"), *args])
+    assert result.exit_code == 1 and result.output == f"error: {message}\n", result.output
+    assert not (tmp_path / "tiny").exists()
+
+
+def test_model_tiny_into_a_file_says_so_before_training(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")  # "[Errno 17] File exists" after minutes of training before
+    app = typer.Typer()
+    register(app)
+    result = CliRunner().invoke(app, ["model", "tiny", "--out", str(tmp_path / "notes.txt"), "--steps", "2"])
+    assert result.exit_code == 1 and result.output == f"error: {tmp_path / 'notes.txt'}: a file is there; a model is " \
+        "a directory\n", result.output
+
+
 def test_threads_sets_torch_threads_for_the_verb_and_rejects_zero(cli, scripted_model_dir):
     import torch
 
