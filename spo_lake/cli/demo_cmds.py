@@ -6,17 +6,18 @@ from pathlib import Path
 import typer
 
 from spo_lake.cli.common import console, user_errors
+from spo_lake.errors import InputError
 
 
 def _seeds(text: str | None) -> tuple[int, ...] | None:
     if text is None:
         return None
-    try:
+    try:  # InputError, not typer.BadParameter: raised in the verb's body, user_errors would call that a bug
         seeds = tuple(int(s) for s in text.split(","))
     except ValueError:
-        raise typer.BadParameter(f"--seeds takes comma-separated integers, got {text!r}") from None
+        raise InputError(f"--seeds takes comma-separated integers, got {text!r}") from None
     if len(set(seeds)) != len(seeds):
-        raise typer.BadParameter(f"--seeds repeats a seed: {text!r}")
+        raise InputError(f"--seeds repeats a seed: {text!r}")
     return seeds
 
 

@@ -193,3 +193,16 @@ def test_pts_curve_reads_the_most_pivotal_trajectory_with_its_prompt(tmp_path):
     curve = pts_curve(lake, "demo-0")
     assert [p["s"] for p in curve["points"]] == [0.0, 0.75, 1.0] and len(curve["pivots"]) == 1
     assert curve["prompt"] == "reach 3 from 1, 2" and curve["response"] == "1+2"
+
+
+@pytest.mark.parametrize("seeds, message", [("x", "--seeds takes comma-separated integers, got 'x'"),
+                                            ("", "--seeds takes comma-separated integers, got ''"),
+                                            ("1,1", "--seeds repeats a seed: '1,1'")])
+def test_bad_seeds_are_one_line_before_anything_is_made(tmp_path, seeds, message):
+    from typer.testing import CliRunner
+
+    from spo_lake.cli.app import app
+
+    result = CliRunner().invoke(app, ["demo", "--seeds", seeds, "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and result.output == f"error: {message}\n", result.output  # "a bug" before
+    assert not (tmp_path / "out").exists()
