@@ -159,8 +159,12 @@ def read_csv(path: Path) -> Iterator[Located]:
     except UnicodeDecodeError as exc:  # parse anyway, with the bad bytes escaped, to name the cell holding them
         text, bad_utf8 = raw.decode("utf-8", "surrogateescape"), exc
     csv.field_size_limit(max_line_bytes())
-    reader = csv.DictReader(io.StringIO(text, newline=""))
+    # strict: a quoted cell cut off by the end of the file (a truncated export) is an error, not a shorter value
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
     try:
+        header = reader.fieldnames or []
+        for name in {n for n in header if header.count(n) > 1}:  # which one would win is not the user's choice
+            raise IngestError(f"{path}:line 1: column {name!r} appears twice in the header")
         for rec in reader:
             where = f"{path}:line {reader.line_num}"
             if None in rec:
@@ -170,8 +174,8 @@ def read_csv(path: Path) -> Iterator[Located]:
                     if v is not None and _ESCAPED_BYTE.search(v):
                         raise IngestError(f"{where}: field {k!r}: invalid UTF-8")
             yield Located(where, {k: _csv_cell(v, where, k) for k, v in rec.items() if v not in ("", None)})
-    except csv.Error as exc:
-        raise IngestError(f"{path}:line {reader.line_num}: bad CSV: {exc}") from None
+    except csv.Error as exc:  # line_num counts the lines read before the bad record: it starts on the next one
+        raise IngestError(f"{path}:line {reader.line_num + 1}: bad CSV: {exc}") from None
     if bad_utf8 is not None:  # in the header
         line = raw[: bad_utf8.start].count(b"\n") + 1
         raise IngestError(f"{path}:line {line}: invalid UTF-8 at byte {bad_utf8.start}")

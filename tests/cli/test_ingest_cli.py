@@ -176,6 +176,11 @@ BAD = [  # (id, file name, writer, location, field)
     ("csv-bad-token-ids", "t.csv", text('prompt_id,response,token_ids\np1,a,"[1, -3]"\n'), "line 2", "token_ids"),
     ("csv-invalid-utf8", "t.csv", lambda p: p.write_bytes(b"prompt_id,response\np1,ok\np1,\xff\n"), "line 3", "response"),
     ("csv-missing-required", "t.csv", text("prompt_id,response\np1,\n"), "line 2", "response_text"),
+    # a file cut off inside a quoted cell (landed as a shorter response before), and a header naming a column twice
+    # (the last cell won); the line of the record that starts the trouble
+    ("csv-cut-off-quote", "t.csv", text('prompt_id,response\np1,ok\np1,"cut\noff'), "line 3", None),
+    ("csv-text-after-quote", "t.csv", text('prompt_id,response\np1,"a\nb"\np1,"ab"c\n'), "line 4", None),
+    ("csv-duplicate-column", "t.csv", text("prompt_id,response,response\np1,a,b\n"), "line 1", "response"),
 ]
 
 
