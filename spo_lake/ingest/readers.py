@@ -12,7 +12,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,9 +125,20 @@ def read_parquet(path: Path) -> pa.Table:
     if path.stat().st_size == 0:
         raise IngestError(f"{path}: empty file, no records")
     try:
-        return pq.read_table(path)
+        names = pq.read_schema(path).names
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
+    distinct_columns(str(path), names)  # (read_table itself fails on them, in words about its own internals)
+    try:
+        return pq.read_table(path)
+    except Exception as exc:
+        raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
+
+
+def distinct_columns(where: str, names: Sequence[str]) -> None:
+    """A column named twice (CSV, Parquet allow it) is an error: which one would win is not the user's choice."""
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        raise IngestError(f"{where}: column {name!r} appears twice")
 
 
 def read_parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.Table]:
@@ -142,6 +153,7 @@ def read_parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.Table]:
         reader = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every row group read in memory
         if reader.metadata.num_rows == 0:
             raise IngestError(f"{path}: no records")
+        distinct_columns(str(path), reader.schema_arrow.names)
         for batch in reader.iter_batches(batch_size=batch_rows):
             yield pa.Table.from_batches([batch])
     except IngestError:
@@ -163,8 +175,7 @@ def read_csv(path: Path) -> Iterator[Located]:
     reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
     try:
         header = reader.fieldnames or []
-        for name in {n for n in header if header.count(n) > 1}:  # which one would win is not the user's choice
-            raise IngestError(f"{path}:line 1: column {name!r} appears twice in the header")
+        distinct_columns(f"{path}:line 1", header)
         for rec in reader:
             where = f"{path}:line {reader.line_num}"
             if None in rec:

@@ -172,6 +172,9 @@ BAD = [  # (id, file name, writer, location, field)
                               .cast(pa.schema([("prompt_id", pa.string()), ("response", pa.string())]), safe=False), p),
      "row 1", "response_text"),
     ("parquet-not-parquet", "t.parquet", text("this is not parquet"), None, None),
+    ("parquet-duplicate-column", "t.parquet",  # "a bug in spo-lake" (a KeyError) before
+     lambda p: pq.write_table(pa.Table.from_arrays([pa.array(["p1"]), pa.array(["a"]), pa.array(["b"])],
+                                                   names=["prompt_id", "response", "response"]), p), None, "response"),
     ("csv-not-a-number", "t.csv", text("prompt_id,response,reward\np1,a,0\np1,b,high\n"), "line 3", "reward"),
     ("csv-bad-token-ids", "t.csv", text('prompt_id,response,token_ids\np1,a,"[1, -3]"\n'), "line 2", "token_ids"),
     ("csv-invalid-utf8", "t.csv", lambda p: p.write_bytes(b"prompt_id,response\np1,ok\np1,\xff\n"), "line 3", "response"),
