@@ -37,6 +37,15 @@ def require(batch: CheckedRows, fields: Iterable[str]) -> None:
             raise IngestError(f"{batch.where(i)}: missing required field {field_name(f)!r}")
 
 
+def require_names(batch: CheckedRows, fields: Iterable[str]) -> None:
+    """Ids and names hold text: an empty or blank one would be a row no one can name."""
+    for f in fields:
+        col = batch.table.column(f)
+        i = _first(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0))
+        if i is not None:
+            raise IngestError(f"{batch.where(i)}: field {field_name(f)!r}: empty")
+
+
 def _in_range(values: pa.Array, lo: float, hi: float) -> bool:
     """All values finite and in [lo, hi]. numpy's min/max propagate NaN, so two SIMD passes decide it."""
     values = values.drop_null() if values.null_count else values
@@ -138,6 +147,7 @@ def require_lake_rewards(batch: CheckedRows) -> None:
 def validate_trajectories(batch: CheckedRows) -> None:
     t = batch.table
     require(batch, (*TRAJECTORY_REQUIRED, "source"))
+    require_names(batch, ("prompt_id",))
     require_in(batch, "source", SOURCES)
     require_finite(batch, "reward")
     require_lake_rewards(batch)
@@ -161,6 +171,7 @@ def validate_trajectories(batch: CheckedRows) -> None:
 
 def validate_prompts(batch: CheckedRows) -> None:
     require(batch, PROMPT_REQUIRED)
+    require_names(batch, ("prompt_id", "task"))
     require_finite(batch, "time_limit_s", 1e-9)
     i = _first(pc.less_equal(batch.table.column("memory_limit_mb"), 0))
     if i is not None:

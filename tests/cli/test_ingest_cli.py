@@ -125,6 +125,12 @@ def test_prompts_add_is_idempotent_and_refuses_conflicting_content(ready, lake_d
         f"error: {changed}:line 1: field 'prompt': prompt 'p1' is already in the lake with different content "
         "(prompts are immutable; use a new prompt_id)"]
     assert lake_state(lake_dir) == before
+    for field in ("prompt_id", "task"):  # a prompt no one can name landed before
+        blank = tmp_path / f"blank-{field}.jsonl"
+        blank.write_text(jsonl([{**PROMPT, "prompt_id": "p2", field: ""}]))
+        result = ready("prompts", "add", blank)
+        assert result.exit_code == 1 and result.stderr == f"error: {blank}:line 1: field '{field}': empty\n"
+    assert lake_state(lake_dir) == before
 
 
 # ---- the bad-input battery ---------------------------------------------------------------------------------
@@ -151,6 +157,7 @@ BAD = [  # (id, file name, writer, location, field)
     ("invalid-utf8", "t.jsonl", lambda p: p.write_bytes(b'{"prompt_id": "p1", "response": "\xff\xfe"}\n'),
      "line 1", "response"),
     ("unknown-source", "t.jsonl", text(jsonl([row(source="martian")])), "line 1", "source"),
+    ("empty-prompt-id", "t.jsonl", text(jsonl([row(), row(prompt_id=" ")])), "line 2", "prompt_id"),
     ("metadata-not-object", "t.jsonl", text(jsonl([row(metadata=[1, 2])])), "line 1", "metadata"),
     ("duplicate-key", "t.jsonl", text('{"prompt_id": "p1", "response": "a", "response": "b"}\n'), "line 1", "response"),
     ("negative-temperature", "t.jsonl", text(jsonl([row(temperature=-0.5)])), "line 1", "temperature"),
