@@ -8,7 +8,8 @@ largest n per key. Q̂0 = β·log(S0 + (1−S0)·e^{−1/β}) is derived from th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from spo_lake.errors import InputError
@@ -17,6 +18,7 @@ from spo_lake.lake.appender import BufferedAppender
 from spo_lake.lake.rows import recorded_run, values_row
 from spo_lake.models.backend import PolicyBackend
 from spo_lake.pipelines.common import sample_quota
+from spo_lake.pipelines.judge import unjudgeable
 from spo_lake.pipelines.sample import Request, SampleReport, SampleSettings, draw, select_prompts
 from spo_lake.rollouts.executors import open_executor
 from spo_lake.scores import PAPER_BETA, q0_from_counts
@@ -33,11 +35,13 @@ class Q0Report:
     mean_q0: float = float("nan")
     beta: float = PAPER_BETA
     run_id: str = ""
+    skipped: dict[str, int] = field(default_factory=dict)  # prompts whose samples cannot be judged, by reason
 
     def summary(self) -> str:
+        skipped = "".join(f"; skipped {n} prompts ({reason})" for reason, n in sorted(self.skipped.items()))
         return (f"{self.prompts} prompts: reused {self.reused} evaluated samples, sampled {self.sampled}; "
                 f"wrote {self.values_written} values rows; mean S0 {self.mean_s0:.3f}, "
-                f"mean Q̂0 {self.mean_q0:.4f} at β={self.beta:.4g}")
+                f"mean Q̂0 {self.mean_q0:.4f} at β={self.beta:.4g}{skipped}")
 
 
 def success_counts(lake: Lake, model_id: str, problems: list[Problem]) -> dict[str, tuple[int, int]]:
@@ -81,7 +85,11 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
     if k < 1:
         raise InputError(f"k must be at least 1, got {k}")
     q0_from_counts(1, 0, beta)  # rejects a bad β before any sampling
-    problems = select_prompts(lake, where)
+    # A prompt whose samples cannot be judged (a task without a verifier here, no tests) has no S0: skipped and said,
+    # as `judge` skips its trajectories, rather than failing the whole run (a lake may hold any task's prompts).
+    selected = select_prompts(lake, where)
+    reasons = {p.prompt_id: unjudgeable(p) for p in selected}
+    problems = [p for p in selected if reasons[p.prompt_id] is None]
 
     def missing() -> dict[str, int]:
         have = success_counts(lake, model.model_id, problems)
@@ -92,7 +100,8 @@ def q0(lake: Lake, model: PolicyBackend, *, k: int = 800, where: str | None = No
     have = success_counts(lake, model.model_id, problems)
     # Sample indices continue after the reused ones, so their seeds differ from any earlier q0 run's.
     requests = [Request(p, i, 1.0) for p in problems for i in range(have.get(p.prompt_id, (0, 0))[0], k)]
-    report = Q0Report(prompts=len(problems), reused=sum(n for n, _ in have.values()), beta=beta)
+    report = Q0Report(prompts=len(problems), reused=sum(n for n, _ in have.values()), beta=beta,
+                      skipped=dict(Counter(reason for reason in reasons.values() if reason is not None)))
     settings = SampleSettings("reference", 1.0, 1.0, max_new_tokens, None, seed)
     config = {"model_id": model.model_id, "k": k, "where": where, "beta": beta, "seed": seed,
               "max_new_tokens": max_new_tokens, "executor": executor}

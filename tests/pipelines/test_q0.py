@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from spo_lake import ingest_prompts
 from spo_lake.models.scripted import ScriptedPolicy
 from spo_lake.pipelines.q0 import latest_prompt_values, q0
 from spo_lake.pipelines.sample import sample
@@ -55,3 +56,14 @@ def test_q0_refuses_a_bad_beta_before_sampling(countdown_lake, policy):
     with pytest.raises(ValueError, match="beta"):
         q0(countdown_lake, policy, k=2, beta=0.0, show_progress=False)
     assert countdown_lake.sql("SELECT count(*) AS n FROM runs").column("n")[0].as_py() == 0
+
+
+def test_q0_skips_prompts_whose_samples_cannot_be_judged_and_says_so(countdown_lake, policy, tmp_path):
+    """A lake may hold any task's prompts; one without a verifier here failed the whole run ("unknown task")."""
+    (tmp_path / "chat.jsonl").write_text(json.dumps({"prompt_id": "chat/1", "task": "chat", "prompt": "hello"}) + "\n")
+    ingest_prompts(countdown_lake, str(tmp_path / "chat.jsonl"))
+    report = q0(countdown_lake, policy, k=2, max_new_tokens=SHORT, show_progress=False)
+    assert report.prompts == 4 and report.skipped == {"unknown task 'chat'": 1}
+    assert report.summary().endswith("; skipped 1 prompts (unknown task 'chat')")
+    assert {r["prompt_id"] for r in latest_prompt_values(countdown_lake, policy.model_id)} == {
+        f"countdown/0/{i}" for i in range(4)}
