@@ -124,14 +124,14 @@ def read_parquet(path: Path) -> pa.Table:
         raise IngestError(f"{path}: no such file")
     if path.stat().st_size == 0:
         raise IngestError(f"{path}: empty file, no records")
-    try:
-        names = pq.read_schema(path).names
+    try:  # a file or a directory of parts (what pq.read_table reads, through the same ParquetDataset)
+        dataset = pq.ParquetDataset(path)
+        # checked before reading, which fails on a column named twice in words about its own internals
+        distinct_columns(str(path), dataset.schema.names)
+        return dataset.read()
+    except IngestError:
+        raise
     except Exception as exc:  # pyarrow raises several types for a corrupt file
-        raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
-    distinct_columns(str(path), names)  # (read_table itself fails on them, in words about its own internals)
-    try:
-        return pq.read_table(path)
-    except Exception as exc:
         raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
 
 

@@ -133,6 +133,18 @@ def test_prompts_add_is_idempotent_and_refuses_conflicting_content(ready, lake_d
     assert lake_state(lake_dir) == before
 
 
+def test_prompts_add_reads_a_directory_of_parquet_parts(ready, lake_dir, tmp_path):
+    """As Spark and datasets write them (`x.parquet/part-*.parquet`): pyarrow reads the parts as one table."""
+    parts = tmp_path / "more.parquet"
+    parts.mkdir()
+    for i in (2, 3):
+        pq.write_table(pa.table({**{k: [v] for k, v in PROMPT.items()}, "prompt_id": [f"p{i}"]}),
+                       parts / f"part-{i}.parquet")
+    result = ready("prompts", "add", parts)
+    assert result.exit_code == 0 and "2 new, 0 already present" in result.stderr, result.stderr
+    assert Lake.open(lake_dir).count("prompts") == 3
+
+
 # ---- the bad-input battery ---------------------------------------------------------------------------------
 def row(**fields) -> dict:
     return {"prompt_id": "p1", "response": "ok", **fields}
