@@ -12,6 +12,7 @@ import pytest
 from spo_lake.lake import Lake
 from spo_lake.models.tiny import is_built
 from spo_lake.rl.run import checkpoint_dirs
+from tests.helpers import alive
 
 
 def descendants(pid: int) -> list[int]:
@@ -29,13 +30,6 @@ def descendants(pid: int) -> list[int]:
         found += below
         todo += below
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def wait_for(condition, what: str, timeout: float) -> None:

@@ -20,6 +20,7 @@ from spo_lake.rl.batches import batch_sources
 from spo_lake.rl.config import load_config
 from spo_lake.rl.data import LakeStream, StreamSettings
 from spo_lake.rl.run import checkpoint_dirs, read_metrics
+from tests.helpers import alive
 
 STEPS = 4  # online rollouts per step: 4 (batch 8, half online)
 
@@ -85,13 +86,6 @@ where = "t.source = 'spo'"
 def chain_cmd(lake: Lake, config: Path, runs: int, *extra: str) -> list[str]:
     return [sys.executable, "-m", "spo_lake.cli.app", "--lake", lake.root, "chain", "--config", str(config),
             "--runs", str(runs), "--quiet", *extra]
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def count(lake: Lake, sql: str, snapshot: str | None = None) -> int:
