@@ -20,6 +20,7 @@ from spo_lake.cli import (
     pipeline_cmds,
     report_cmds,
     train_cmds,
+    view_cmds,
 )
 from spo_lake.cli.common import DEFAULT_LAKE, STATE, parse_pairs, user_errors
 
@@ -57,6 +58,7 @@ model_cmds.register(app)
 train_cmds.register(app)
 chain_cmds.register(app)
 demo_cmds.register(app)
+view_cmds.register(app)
 
 
 def exit_code(exc: SystemExit) -> int:

@@ -1,0 +1,128 @@
+"""`spolake view`: write the static site of a lake (or one snapshot of it) into a directory.
+
+The site opens from disk with no server and no network: every page is a file, plotly.js is copied once from the
+`plotly` package into assets/, and pages link each other by relative paths.
+
+    index.html                  the overview: rows by source × task × verdict, snapshots, runs, report views
+    prompts/index[-N].html      every prompt, paginated
+    prompts/<prompt>[-N].html   a prompt: problem, tests, Q̂0, its trajectories (paginated), side by side
+    runs/index.html, runs/<run>.html
+    assets/                     plotly.min.js, site.css, site.js
+"""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from spo_lake.console import progress_bar
+from spo_lake.errors import InputError
+from spo_lake.lake import Lake
+from spo_lake.view import data, pages
+from spo_lake.view.data import Limits
+from spo_lake.view.html import name_at, slug
+from spo_lake.view.records import Prompt, Trajectory
+
+ASSETS = Path(__file__).parent / "assets"
+MARKER = ".spolake-view"  # marks a directory this command wrote, so a rebuild may clear it and nothing else
+
+
+@dataclass(frozen=True)
+class SiteSummary:
+    out: Path
+    pages: int
+    prompts: int
+    trajectories: int
+    runs: int
+    largest_page_bytes: int
+
+
+def prepare(out: Path) -> None:
+    """An empty directory for the site: a new one, an empty one, or one an earlier build wrote (cleared)."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: a file is there; the site is a directory")
+    if out.is_dir() and any(out.iterdir()):
+        if not (out / MARKER).is_file():
+            raise InputError(f"--out {out}: not empty and not a site `spolake view` wrote; choose another directory")
+        shutil.rmtree(out)
+    for sub in ("assets", "prompts", "runs"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by spolake view; the next build clears this directory\n")
+
+
+def copy_assets(out: Path) -> None:
+    from plotly.offline import get_plotlyjs
+
+    (out / "assets" / "plotly.min.js").write_text(get_plotlyjs(), encoding="utf-8")
+    for name in ("site.css", "site.js"):
+        shutil.copyfile(ASSETS / name, out / "assets" / name)
+
+
+def build_site(lake: Lake, out: Path, snapshot: str | None = None, tokenizer: Path | None = None,
+               runs_roots: tuple[Path, ...] = (), demo_report: Path | None = None, limits: Limits = Limits(),
+               show_progress: bool = True) -> SiteSummary:
+    """Write the site of `lake` at `snapshot` (default: the head) into `out`. `tokenizer`: π0's model directory,
+    to place pivotal tokens on their characters; `runs_roots`: where run directories (metrics.jsonl) live;
+    `demo_report`: the demo's report.md, copied in and linked from the overview."""
+    if snapshot is not None:
+        lake.get_snapshot(snapshot)  # a LakeError naming the snapshot before anything is written
+    prepare(out)
+    copy_assets(out)
+    sizes: list[int] = []
+
+    def write(path: str, text: str) -> None:
+        encoded = text.encode("utf-8")
+        (out / path).write_bytes(encoded)
+        sizes.append(len(encoded))
+
+    title = f"Lake {Path(lake.root).name}" + (f" at {snapshot}" if snapshot else "")
+    overview = data.overview(lake, snapshot, title)
+    if demo_report is not None:
+        if not demo_report.is_file():
+            raise InputError(f"--demo-report {demo_report}: no such file")
+        shutil.copyfile(demo_report, out / "assets" / "demo-report.md")
+        overview = replace(overview, demo_report="assets/demo-report.md")
+    runs = overview.runs
+    known_runs = {r.run_id for r in runs}
+    prompts = data.prompts(lake, snapshot)
+    known_prompts = set(prompts)
+    write("index.html", pages.overview_page(overview, known_prompts, known_runs))
+    write("runs/index.html", pages.runs_index_page(runs, known_runs))
+
+    summaries = data.prompt_summaries(lake, snapshot)
+    per = limits.prompts_per_page
+    listing = max(1, -(-len(summaries) // per))
+    for i in range(listing):
+        write("prompts/" + name_at("index", i),
+              pages.prompts_index_page(summaries[i * per:(i + 1) * per], i, listing, len(summaries)))
+
+    pivots = data.pivots(lake, snapshot, tokenizer)
+    total = 0
+    with progress_bar(disable=not show_progress) as bar:
+        task = bar.add_task("prompt pages", total=len(prompts))
+        seen = set()
+        for pid, trajectories in data.trajectories_by_prompt(lake, snapshot, limits, pivots):
+            seen.add(pid)
+            total += len(trajectories)
+            _prompt_pages(write, prompts[pid], trajectories, limits, known_runs)
+            bar.advance(task)
+        for pid in known_prompts - seen:  # prompts nothing answered yet
+            _prompt_pages(write, prompts[pid], [], limits, known_runs)
+            bar.advance(task)
+        task = bar.add_task("run pages", total=len(runs))
+        for run in runs:
+            write(pages.run_href(run.run_id), pages.run_page(data.run_detail(lake, snapshot, run, runs_roots),
+                                                             known_prompts))
+            bar.advance(task)
+    return SiteSummary(out=out, pages=len(sizes), prompts=len(prompts), trajectories=total, runs=len(runs),
+                       largest_page_bytes=max(sizes))
+
+
+def _prompt_pages(write: Callable[[str, str], None], prompt: Prompt, trajectories: Sequence[Trajectory],
+                  limits: Limits, known_runs: set[str]) -> None:
+    per = limits.trajectories_per_page
+    count = max(1, -(-len(trajectories) // per))
+    for i in range(count):
+        write("prompts/" + name_at(slug(prompt.prompt_id), i),
+              pages.prompt_page(prompt, trajectories[i * per:(i + 1) * per], i, count, known_runs))
