@@ -62,7 +62,7 @@ def runs(lake: Lake, snapshot: str | None) -> list[Run]:
     rows = lake.sql("""
         WITH written AS (SELECT run_id, count(*) AS n FROM trajectories WHERE run_id IS NOT NULL GROUP BY 1),
         recorded AS (
-            SELECT run_id, arg_min(kind, created_at) AS kind, arg_max(status, created_at) AS status,
+            SELECT run_id, arg_min(kind, created_at) AS kind, arg_max(status, (created_at, status <> 'running')) AS status,
                    arg_max(snapshot, created_at) AS snapshot, CAST(arg_max(config, created_at) AS VARCHAR) AS config,
                    CAST(arg_max(metrics, created_at) AS VARCHAR) AS metrics, min(created_at) AS started
             FROM runs GROUP BY run_id)

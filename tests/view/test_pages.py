@@ -1,0 +1,75 @@
+"""The viewer's pure parts and its edges, without a browser (fast tier)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spo_lake.cli.app import app
+from spo_lake.errors import InputError
+from spo_lake.view.data import run_directory
+from spo_lake.view.html import json_script, slug
+from spo_lake.view.pages import highlight
+from spo_lake.view.records import Pivot
+from spo_lake.view.site import prepare
+
+
+def test_highlight_marks_exactly_the_pivots_characters_and_escapes_the_rest():
+    text = "x <b> * y"
+    marked = highlight(text, [Pivot(1, 5, 0.2, 0.9, start=6, end=7), Pivot(2, 6, 0.9, 0.5, start=2, end=5)])
+    assert re.findall(r"<mark[^>]*>(.*?)</mark>", marked) == ["&lt;b&gt;", "*"]
+    assert re.sub(r"<[^>]+>", "", marked) == "x &lt;b&gt; * y"  # nothing lost or moved
+    assert 'data-delta="0.7000"' in marked and "Δ +0.700" in marked and "Δ -0.400" in marked
+
+
+def test_highlight_skips_spans_it_cannot_place_rather_than_marking_wrong_characters():
+    text = "abcdef"
+    pivots = [Pivot(0, 1, 0.0, 1.0, start=1, end=3), Pivot(1, 1, 0.0, 1.0, start=2, end=4),  # overlaps the first
+              Pivot(2, 1, 0.0, 1.0, start=5, end=9), Pivot(3, 1, 0.0, 1.0)]  # past the end; unplaced
+    assert re.findall(r"<mark[^>]*>(.*?)</mark>", highlight(text, pivots)) == ["bc"]
+
+
+def test_json_in_a_script_block_cannot_close_it():
+    block = json_script("d", {"text": "</script><script>alert(1)</script> & <!--"})
+    inner = block.split(">", 1)[1].rsplit("</script>", 1)[0]
+    assert "<" not in inner and ">" not in inner
+    assert json.loads(inner) == {"text": "</script><script>alert(1)</script> & <!--"}
+
+
+def test_slugs_are_safe_file_names_and_never_shared():
+    assert slug("a/b") != slug("a_b")
+    assert re.fullmatch(r"[A-Za-z0-9_-]+", slug("../../etc/passwd <x>"))
+
+
+def test_run_directories_are_looked_up_only_inside_the_roots(tmp_path):
+    (tmp_path / "runs" / "r1").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    roots = [tmp_path / "runs"]
+    assert run_directory("r1", roots) == tmp_path / "runs" / "r1"
+    for bad in ("../outside", "..", ".", "r1/..", "", str(tmp_path / "outside")):
+        assert run_directory(bad, roots) is None
+
+
+def test_the_site_is_never_written_over_a_directory_it_did_not_write(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("precious")
+    with pytest.raises(InputError, match="not a site"):
+        prepare(tmp_path / "mine")
+    assert (tmp_path / "mine" / "thesis.tex").read_text() == "precious"
+    prepare(tmp_path / "site")
+    (tmp_path / "site" / "index.html").write_text("old")
+    prepare(tmp_path / "site")  # an earlier site is cleared
+    assert not (tmp_path / "site" / "index.html").exists()
+
+
+def test_an_unknown_snapshot_is_one_line_error_and_writes_nothing(tmp_path):
+    runner = CliRunner()
+    lake = tmp_path / "lake"
+    assert runner.invoke(app, ["--lake", str(lake), "init"]).exit_code == 0
+    result = runner.invoke(app, ["--lake", str(lake), "view", "--out", str(tmp_path / "site"), "--snapshot", "nope"])
+    assert result.exit_code != 0
+    assert "nope" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not Path(tmp_path / "site").exists()
