@@ -12,12 +12,15 @@ say() { echo "setup: $*"; }
 # (pip warns about every empty local index entry on some machines; those lines are noise)
 quiet_pip() { .venv/bin/pip install -q --disable-pip-version-check "$@" 2> >(grep -v "is ignored: it is neither" >&2); }
 
-say "[1/4] bubblewrap (the sandbox for generated code)"
-if ! command -v bwrap >/dev/null 2>&1; then
+say "[1/4] bubblewrap (the sandbox for generated code), chromium (the browser tests of the site spolake view writes)"
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "warning: bubblewrap (bwrap) is missing and this is not root: install it (apt-get install bubblewrap) to run generated code" >&2
+    echo "warning: ${missing[*]} missing and this is not root: install (apt-get install ${missing[*]}); bubblewrap runs generated code, chromium the viewer's browser tests (skipped without it outside CI)" >&2
   fi
 fi
 

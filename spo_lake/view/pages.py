@@ -16,6 +16,8 @@ from spo_lake.view.html import Link, chart, esc, fmt, name_at, page, pager, slug
 TESTS_CHARS = 20_000  # a prompt's tests shown as stored JSON, cut here (a page stays a few MB)
 COMPARE_ANSWERS = 3  # answers per source/run in the side-by-side comparison
 COMPARE_CHARS = 2_000
+VERDICT_COLORS = {"ok": "#2da44e", "not judged": "#afb8c1", "wrong_answer": "#cf222e", "runtime_error": "#bc4c00",
+                  "timeout": "#8250df", "syntax": "#bf8700", "memory": "#1f6feb", "imported": "#6e7781"}
 
 
 def prompt_href(prompt_id: str, page_index: int = 0) -> str:
@@ -79,12 +81,14 @@ def overview_page(o: Any, known_prompts: Collection[str], known_runs: Collection
 
     sources = sorted({r["source"] for r in o.counts})
     verdicts = sorted({r["verdict"] for r in o.counts})
-    traces = [{"type": "bar", "name": v, "x": sources,
+    traces = [{"type": "bar", "name": v, "x": sources, "marker": {"color": VERDICT_COLORS.get(v, "#57606a")},
                "y": [sum(r["trajectories"] for r in o.counts if r["source"] == s and r["verdict"] == v)
                      for s in sources]} for v in verdicts]
     total = sum(r["trajectories"] for r in o.counts)
     at = f"snapshot {o.snapshot}" if o.snapshot else "the lake's head"
-    parts = [f"<p>Read at {esc(at)}: {total} trajectories.",
+    parts = [f'<p>Read at {esc(at)}: {total} trajectories of {len(known_prompts)} '
+             f'<a href="prompts/index.html">prompts</a>, {len(known_runs)} <a href="runs/index.html">runs</a>.',
+
              f' <a href="{esc(o.demo_report)}">The demo\'s report</a>.' if o.demo_report else "", "</p>",
              "<h2 id=\"rows\">Rows by source × task × verdict</h2>",
              chart("verdicts", traces, {"barmode": "stack", "height": 320, "margin": {"t": 20},
@@ -211,7 +215,11 @@ def prompt_page(p: Any, trajectories: Sequence[Any], page_index: int, pages: int
              '<h2 id="q0">Q̂0: π0\'s success rate from the prompt</h2>', q0]
     if page_index == 0:
         parts.append(compare_block(trajectories))
-    parts += ['<h2 id="trajectories">Trajectories</h2>', pager(page_index, pages, name)]
+    parts += ['<h2 id="trajectories">Trajectories</h2>',
+              '<p class="note">Pivotal tokens are marked in the responses: <mark class="legend" style="background:'
+              f'{delta_color(0.6)}">green</mark> raised π0\'s success probability, <mark class="legend" style="'
+              f'background:{delta_color(-0.6)}">red</mark> lowered it, stronger for a larger change; hover one for '
+              "its values.</p>" if any(t.pivots for t in trajectories) else "", pager(page_index, pages, name)]
     for (source, run), group in groupby(trajectories, key=_group_key):
         items = list(group)
         parts.append(f'<section class="group"><h3>{esc(source)} · {esc(run or "no run")} '

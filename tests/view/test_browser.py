@@ -139,7 +139,7 @@ def test_a_run_page_charts_pass_at_k_from_step_0_and_the_training_curves(site, b
         browser.open(site / "index.html")
         browser.screenshot(Path(shots) / "viewer-overview.png")
         browser.open(_page(site, r"prompts/cd_mul-[0-9a-f]+\.html"))
-        browser.eval("document.getElementById('trajectories').scrollIntoView()")
+        browser.eval("document.querySelector('mark.pivot').scrollIntoView({block: 'center'})")
         browser.screenshot(Path(shots) / "viewer-prompt.png")
 
 
