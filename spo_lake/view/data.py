@@ -42,6 +42,9 @@ class Limits:
     prompts_per_page: int = 200
 
 
+LIMITS = Limits()
+
+
 def overview(lake: Lake, snapshot: str | None, title: str) -> Overview:
     counts = lake.sql(f"""
         SELECT t.source, coalesce(p.task, '(no prompt row)') AS task, coalesce(v.verdict, 'not judged') AS verdict,
@@ -62,7 +65,8 @@ def runs(lake: Lake, snapshot: str | None) -> list[Run]:
     rows = lake.sql("""
         WITH written AS (SELECT run_id, count(*) AS n FROM trajectories WHERE run_id IS NOT NULL GROUP BY 1),
         recorded AS (
-            SELECT run_id, arg_min(kind, created_at) AS kind, arg_max(status, (created_at, status <> 'running')) AS status,
+            SELECT run_id, arg_min(kind, created_at) AS kind,
+                   arg_max(status, (created_at, status <> 'running')) AS status,
                    arg_max(snapshot, created_at) AS snapshot, CAST(arg_max(config, created_at) AS VARCHAR) AS config,
                    CAST(arg_max(metrics, created_at) AS VARCHAR) AS metrics, min(created_at) AS started
             FROM runs GROUP BY run_id)
@@ -171,7 +175,8 @@ def load_tokenizer(directory: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 
 
-def token_spans(tokenizer: Any, row: dict[str, Any], pivot_rows: Sequence[dict[str, Any]]) -> dict[int, tuple[int, int]]:
+def token_spans(tokenizer: Any, row: dict[str, Any],
+                pivot_rows: Sequence[dict[str, Any]]) -> dict[int, tuple[int, int]]:
     """Characters [start, end) of each pivot's token in the response text. The token ids are those PTS searched
     (spo_lake.models.tokens.trajectory_token_ids): the row's own when they hold the pivots' tokens, else the text
     tokenised after its prompt. A pivot is placed only when its token is at its position and the decoded tokens

@@ -238,6 +238,16 @@ def _pretty(text: str) -> str:
         return text
 
 
+# ---------------------------------------------------------------------------------------------- the demo
+
+
+def demo_page(report: str, images: Sequence[str]) -> str:
+    """The demo's report.md as text, with the plots it names (copied into assets/demo/) below it."""
+    plots = "".join(f'<figure><img src="assets/demo/{esc(name)}" alt="{esc(name)}"><figcaption>{esc(name)}'
+                    "</figcaption></figure>" for name in images)
+    return page("The demo's report", f'<pre class="report">{esc(report)}</pre>{plots}', "")
+
+
 # ---------------------------------------------------------------------------------------------- a run
 
 

@@ -11,6 +11,7 @@ The site opens from disk with no server and no network: every page is a file, pl
 """
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ from spo_lake.console import progress_bar
 from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.view import data, pages
-from spo_lake.view.data import Limits
+from spo_lake.view.data import LIMITS, Limits
 from spo_lake.view.html import name_at, slug
 from spo_lake.view.records import Prompt, Trajectory
 
@@ -60,13 +61,15 @@ def copy_assets(out: Path) -> None:
 
 
 def build_site(lake: Lake, out: Path, snapshot: str | None = None, tokenizer: Path | None = None,
-               runs_roots: tuple[Path, ...] = (), demo_report: Path | None = None, limits: Limits = Limits(),
+               runs_roots: tuple[Path, ...] = (), demo_report: Path | None = None, limits: Limits = LIMITS,
                show_progress: bool = True) -> SiteSummary:
     """Write the site of `lake` at `snapshot` (default: the head) into `out`. `tokenizer`: π0's model directory,
     to place pivotal tokens on their characters; `runs_roots`: where run directories (metrics.jsonl) live;
     `demo_report`: the demo's report.md, copied in and linked from the overview."""
     if snapshot is not None:
         lake.get_snapshot(snapshot)  # a LakeError naming the snapshot before anything is written
+    if demo_report is not None and not demo_report.is_file():
+        raise InputError(f"--demo-report {demo_report}: no such file")
     prepare(out)
     copy_assets(out)
     sizes: list[int] = []
@@ -79,10 +82,8 @@ def build_site(lake: Lake, out: Path, snapshot: str | None = None, tokenizer: Pa
     title = f"Lake {Path(lake.root).name}" + (f" at {snapshot}" if snapshot else "")
     overview = data.overview(lake, snapshot, title)
     if demo_report is not None:
-        if not demo_report.is_file():
-            raise InputError(f"--demo-report {demo_report}: no such file")
-        shutil.copyfile(demo_report, out / "assets" / "demo-report.md")
-        overview = replace(overview, demo_report="assets/demo-report.md")
+        write("demo.html", pages.demo_page(*_demo_report(demo_report, out / "assets" / "demo")))
+        overview = replace(overview, demo_report="demo.html")
     runs = overview.runs
     known_runs = {r.run_id for r in runs}
     prompts = data.prompts(lake, snapshot)
@@ -126,3 +127,15 @@ def _prompt_pages(write: Callable[[str, str], None], prompt: Prompt, trajectorie
     for i in range(count):
         write("prompts/" + name_at(slug(prompt.prompt_id), i),
               pages.prompt_page(prompt, trajectories[i * per:(i + 1) * per], i, count, known_runs))
+
+
+def _demo_report(report: Path, into: Path) -> tuple[str, list[str]]:
+    """The report's text, and the PNG plots it names that lie beside it, copied `into` the site. Only plain file
+    names count: a report cannot pull a file from elsewhere into the site."""
+    text = report.read_text(encoding="utf-8", errors="replace")
+    names = [n for n in dict.fromkeys(re.findall(r"\]\(([A-Za-z0-9_.-]+\.png)\)", text))
+             if (report.parent / n).is_file()]
+    into.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copyfile(report.parent / name, into / name)
+    return text, names

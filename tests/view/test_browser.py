@@ -150,3 +150,28 @@ def test_a_snapshot_site_shows_the_lake_as_it_was(view_lake, browser):
     assert len(_text(browser, "div.trajectory")) == 1  # the later rollout is not in v1
     browser.open(out / "index.html")
     assert "snapshot v1" in browser.eval("document.body.textContent")
+
+
+def test_the_demos_report_is_linked_with_its_plots(view_lake, browser, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.plot([0, 1], [0, 1])
+    plt.savefig(tmp_path / "pass_at_k.png")
+    plt.close()
+    (tmp_path / "secret.png").write_bytes((tmp_path / "pass_at_k.png").read_bytes())
+    report = tmp_path / "demo" / "report.md"
+    report.parent.mkdir()
+    (report.parent / "pass_at_k.png").write_bytes((tmp_path / "pass_at_k.png").read_bytes())
+    report.write_text("# demo\n<script>window.pwned = 5</script>\n![pass@k](pass_at_k.png)\n![x](../secret.png)\n")
+    out = view_lake.root / "site-demo"
+    cli(view_lake.lake, "view", "--out", out, "--demo-report", report, "--quiet")
+    browser.open(out / "index.html")
+    assert browser.eval("document.querySelector('a[href=\"demo.html\"]').textContent") == "The demo's report"
+    browser.open(out / "demo.html")
+    assert "<script>window.pwned = 5</script>" in _text(browser, "pre.report")[0]
+    assert browser.eval("typeof window.pwned") == "undefined" and browser.errors() == []
+    assert browser.eval("[...document.images].map(i => [i.alt, i.naturalWidth > 0])") == [["pass_at_k.png", True]]
+    assert not any(out.rglob("secret.png"))
