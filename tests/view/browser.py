@@ -27,6 +27,19 @@ def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def require_chromium() -> None:
+    """Skip the calling test module without chromium, except in CI, where scripts/setup.sh installs it: there its
+    absence is an error."""
+    import pytest
+
+    if chromium() is not None:
+        return
+    if os.environ.get("CI"):
+        raise RuntimeError("chromium is missing in CI: scripts/setup.sh installs it (apt-get install chromium)")
+    pytest.skip("chromium is not installed (scripts/setup.sh installs it as root: apt-get install chromium)",
+                allow_module_level=True)
+
+
 class Browser:
     def __init__(self, executable: str):
         self.profile = tempfile.mkdtemp(prefix="spolake-chromium-")

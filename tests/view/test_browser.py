@@ -12,15 +12,11 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from tests.view.browser import Browser, chromium
+from tests.view.browser import Browser, chromium, require_chromium
 from tests.view.conftest import ATTACK, PIVOTAL, cli
 
 pytestmark = pytest.mark.integration
-if chromium() is None:
-    if os.environ.get("CI"):
-        raise RuntimeError("chromium is missing in CI: scripts/setup.sh installs it (apt-get install chromium)")
-    pytest.skip("chromium is not installed (scripts/setup.sh installs it as root: apt-get install chromium)",
-                allow_module_level=True)
+require_chromium()
 
 
 @pytest.fixture(scope="module")
