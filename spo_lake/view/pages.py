@@ -155,11 +155,12 @@ def _response(t: Any) -> str:
     return f'<pre class="response">{highlight(t.response_text, t.pivots)}{tail}</pre>'
 
 
-def trajectory_block(t: Any, known_runs: Collection[str]) -> str:
+def trajectory_block(t: Any, known_runs: Collection[str], q0: str) -> str:
     run = (f'<a href="../{esc(run_href(t.run_id))}">{esc(t.run_id)}</a>' if t.run_id in known_runs
            else esc(t.run_id))
     meta = (f"{_verdict(t)} reward {esc(fmt(t.reward))} · policy version {esc(fmt(t.policy_version))} · "
-            f"run {run} · model {esc(t.model_id)} · verifier {esc(t.verifier)} · {esc(t.created_at)}")
+            f"Q̂0 {esc(q0)} · run {run} · model {esc(t.model_id)} · verifier {esc(t.verifier)} · "
+            f"{esc(t.created_at)}")
     pivots = ""
     if t.pivots:
         rows = [[p.position, p.token_id, round(p.s_before, 4), round(p.s_after, 4), round(p.delta, 4),
@@ -209,6 +210,8 @@ def prompt_page(p: Any, trajectories: Sequence[Any], page_index: int, pages: int
     if len(tests_text) > TESTS_CHARS:
         tests_text = tests_text[:TESTS_CHARS] + f"\n… {len(tests_text) - TESTS_CHARS} more characters"
     shown = sum(1 for _ in trajectories)
+    most = max(p.q0, key=lambda q: q["n"], default=None)  # the prompt's Q̂0: π0's largest count
+    q0_rate = fmt(round(most["n_success"] / most["n"], 4)) if most and most["n"] else "–"
     parts = [f"<p>task {esc(p.task)} · {p.trajectories} trajectories</p>",
              f'<h2 id="problem">Problem</h2><pre class="problem">{esc(p.prompt)}</pre>',
              f'<h2 id="tests">Tests</h2><pre class="tests">{esc(tests_text) or "none"}</pre>',
@@ -223,7 +226,7 @@ def prompt_page(p: Any, trajectories: Sequence[Any], page_index: int, pages: int
     for (source, run), group in groupby(trajectories, key=_group_key):
         items = list(group)
         parts.append(f'<section class="group"><h3>{esc(source)} · {esc(run or "no run")} '
-                     f'({len(items)} here)</h3>' + "".join(trajectory_block(t, known_runs) for t in items)
+                     f'({len(items)} here)</h3>' + "".join(trajectory_block(t, known_runs, q0_rate) for t in items)
                      + "</section>")
     if not shown:
         parts.append('<p class="empty">no trajectories</p>')

@@ -96,6 +96,7 @@ def test_a_prompt_page_shows_problem_tests_q0_and_every_trajectory_by_source_and
     assert len(_text(browser, "div.trajectory")) == 5
     meta = " ".join(_text(browser, "p.meta"))
     assert "policy version 1" in meta and "reward -1" in meta and "verifier countdown" in meta
+    assert meta.count("Q̂0 0.25") == 5
     assert "0.25" in _text(browser, "td")  # Q̂0: 5 of 20
 
 
@@ -171,3 +172,23 @@ def test_the_demos_report_is_linked_with_its_plots(view_lake, browser, tmp_path)
     assert browser.eval("typeof window.pwned") == "undefined" and browser.errors() == []
     assert browser.eval("[...document.images].map(i => [i.alt, i.naturalWidth > 0])") == [["pass_at_k.png", True]]
     assert not any(out.rglob("secret.png"))
+
+
+def test_long_listings_are_paginated_and_every_page_links_resolve(view_lake, browser, tmp_path):
+    from spo_lake.lake import Lake
+    from spo_lake.view.data import Limits
+    from spo_lake.view.site import build_site
+
+    out = tmp_path / "paged"
+    build_site(Lake.open(view_lake.lake), out, limits=Limits(trajectories_per_page=2, prompts_per_page=2),
+               show_progress=False)
+    mul = sorted(p.name for p in (out / "prompts").glob("cd_mul-*.html"))
+    assert len(mul) == 3 and len(sorted((out / "prompts").glob("index*.html"))) == 2  # 5 rollouts, 3 prompts
+    shown = []
+    for name in mul:
+        browser.open(out / "prompts" / name)
+        shown += _text(browser, "div.trajectory code")
+        assert browser.errors() == []
+        for url in browser.eval("[...document.querySelectorAll('p.pager a')].map(a => a.href)"):
+            assert Path(unquote(urlparse(url).path)).is_file()
+    assert len(shown) == len(set(shown)) == 5  # each trajectory on exactly one page
