@@ -161,9 +161,12 @@ def pivots(lake: Lake, snapshot: str | None, tokenizer_dir: Path | None) -> dict
                         "(SELECT DISTINCT trajectory_id FROM pivots)", snapshot).to_pylist()
         for row in rows:
             spans[row["trajectory_id"]] = token_spans(tokenizer, row, by_trajectory[row["trajectory_id"]])
-    return {tid: tuple(Pivot(**p, start=spans.get(tid, {}).get(p["position"], (None, None))[0],
-                             end=spans.get(tid, {}).get(p["position"], (None, None))[1]) for p in ps)
-            for tid, ps in by_trajectory.items()}
+    out = {}
+    for tid, ps in by_trajectory.items():
+        placed = spans.get(tid, {})
+        out[tid] = tuple(Pivot(**p, start=placed[p["position"]][0], end=placed[p["position"]][1])
+                         if p["position"] in placed else Pivot(**p) for p in ps)
+    return out
 
 
 def load_tokenizer(directory: Path) -> Any:

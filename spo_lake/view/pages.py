@@ -12,6 +12,7 @@ from itertools import groupby
 from typing import Any
 
 from spo_lake.view.html import Link, chart, esc, fmt, name_at, page, pager, slug, table
+from spo_lake.view.records import Overview, Pivot, Prompt, PromptSummary, Run, RunDetail, Trajectory
 
 TESTS_CHARS = 20_000  # a prompt's tests shown as stored JSON, cut here (a page stays a few MB)
 COMPARE_ANSWERS = 3  # answers per source/run in the side-by-side comparison
@@ -39,18 +40,19 @@ def delta_color(delta: float) -> str:
     return f"rgba(22, 163, 74, {alpha:.2f})" if delta >= 0 else f"rgba(220, 38, 38, {alpha:.2f})"
 
 
-def highlight(text: str, pivots: Sequence[Any]) -> str:
+def highlight(text: str, pivots: Sequence[Pivot]) -> str:
     """`text` escaped, each placed pivot's characters [start, end) in a <mark> colored by its Δ, the values on
     hover. Overlapping or out-of-range spans are skipped rather than drawn on the wrong characters."""
     out, at = [], 0
-    for p in sorted((p for p in pivots if p.start is not None and p.end is not None), key=lambda p: p.start):
-        if p.start < at or p.end > len(text) or p.end <= p.start:
+    placed = sorted((p.start, p.end, p) for p in pivots if p.start is not None and p.end is not None)
+    for start, end, p in placed:
+        if start < at or end > len(text) or end <= start:
             continue
         title = f"pivotal token {p.position}: P(success) {p.s_before:.3f} → {p.s_after:.3f} (Δ {p.delta:+.3f})"
-        out.append(esc(text[at:p.start]))
+        out.append(esc(text[at:start]))
         out.append(f'<mark class="pivot" data-position="{p.position}" data-delta="{p.delta:.4f}" '
-                   f'style="background:{delta_color(p.delta)}" title="{esc(title)}">{esc(text[p.start:p.end])}</mark>')
-        at = p.end
+                   f'style="background:{delta_color(p.delta)}" title="{esc(title)}">{esc(text[start:end])}</mark>')
+        at = end
     out.append(esc(text[at:]))
     return "".join(out)
 
@@ -72,7 +74,7 @@ def _rows(records: Sequence[dict[str, Any]], columns: Sequence[str], links: dict
     return out
 
 
-def overview_page(o: Any, known_prompts: Collection[str], known_runs: Collection[str]) -> str:
+def overview_page(o: Overview, known_prompts: Collection[str], known_runs: Collection[str]) -> str:
     def prompt_link(pid: str) -> str | None:
         return prompt_href(pid) if pid in known_prompts else None
 
@@ -115,7 +117,7 @@ def overview_page(o: Any, known_prompts: Collection[str], known_runs: Collection
     return page(o.title, "\n".join(parts), "", charts=bool(traces))
 
 
-def runs_table(runs: Sequence[Any], known_runs: Collection[str], root: str) -> str:
+def runs_table(runs: Sequence[Run], known_runs: Collection[str], root: str) -> str:
     rows = [[Link(r.run_id, run_href(r.run_id)) if r.run_id in known_runs else r.run_id, r.kind, r.status,
              r.snapshot, r.started_at, r.rows_written, _short(r.config, 160)] for r in runs]
     return table(["run", "kind", "status", "snapshot", "started", "rollouts written", "config"], rows, root)
@@ -127,11 +129,11 @@ def _short(text: str | None, chars: int) -> str | None:
     return text if len(text) <= chars else text[:chars] + "…"
 
 
-def runs_index_page(runs: Sequence[Any], known_runs: Collection[str]) -> str:
+def runs_index_page(runs: Sequence[Run], known_runs: Collection[str]) -> str:
     return page("Runs", runs_table(runs, known_runs, "../"), "../")
 
 
-def prompts_index_page(summaries: Sequence[Any], page_index: int, pages: int, total: int) -> str:
+def prompts_index_page(summaries: Sequence[PromptSummary], page_index: int, pages: int, total: int) -> str:
     rows = [[Link(s.prompt_id, prompt_href(s.prompt_id)), s.task, s.samples, s.correct,
              round(s.correct / s.samples, 4) if s.samples else None, s.q0_rate, s.pivots] for s in summaries]
     body = (f"<p>{total} prompts.</p>" + pager(page_index, pages, "index")
@@ -143,21 +145,21 @@ def prompts_index_page(summaries: Sequence[Any], page_index: int, pages: int, to
 # ---------------------------------------------------------------------------------------------- a prompt
 
 
-def _verdict(t: Any) -> str:
+def _verdict(t: Trajectory) -> str:
     name = t.verdict or "not judged"
     cls = "ok" if t.verdict == "ok" else ("none" if t.verdict is None else "bad")
     return f'<span class="verdict {cls}">{esc(name)}</span>'
 
 
-def _response(t: Any) -> str:
+def _response(t: Trajectory) -> str:
     more = t.response_chars - len(t.response_text)
     tail = f'<span class="note">… {more} more characters not shown</span>' if more > 0 else ""
     return f'<pre class="response">{highlight(t.response_text, t.pivots)}{tail}</pre>'
 
 
-def trajectory_block(t: Any, known_runs: Collection[str], q0: str) -> str:
-    run = (f'<a href="../{esc(run_href(t.run_id))}">{esc(t.run_id)}</a>' if t.run_id in known_runs
-           else esc(t.run_id))
+def trajectory_block(t: Trajectory, known_runs: Collection[str], q0: str) -> str:
+    run = (f'<a href="../{esc(run_href(t.run_id))}">{esc(t.run_id)}</a>'
+           if t.run_id is not None and t.run_id in known_runs else esc(t.run_id))
     meta = (f"{_verdict(t)} reward {esc(fmt(t.reward))} · policy version {esc(fmt(t.policy_version))} · "
             f"Q̂0 {esc(q0)} · run {run} · model {esc(t.model_id)} · verifier {esc(t.verifier)} · "
             f"{esc(t.created_at)}")
@@ -172,11 +174,11 @@ def trajectory_block(t: Any, known_runs: Collection[str], q0: str) -> str:
             f'<code>{esc(t.trajectory_id)}</code></p>{_response(t)}{detail}{pivots}</div>')
 
 
-def _group_key(t: Any) -> tuple[str, str]:
+def _group_key(t: Trajectory) -> tuple[str, str]:
     return t.source, t.run_id or ""
 
 
-def compare_block(trajectories: Sequence[Any]) -> str:
+def compare_block(trajectories: Sequence[Trajectory]) -> str:
     """Two columns, each with a choice of source · run, showing that group's first answers: two runs side by side.
     Every group's answers are in the page; the site script only shows and hides them (no markup is built from data)."""
     groups = [(k, list(g)) for k, g in groupby(sorted(trajectories, key=_group_key), key=_group_key)]
@@ -198,7 +200,7 @@ def compare_block(trajectories: Sequence[Any]) -> str:
     return '<h2 id="compare">Side by side</h2><div class="compare-row">' + "".join(columns) + "</div>"
 
 
-def prompt_page(p: Any, trajectories: Sequence[Any], page_index: int, pages: int,
+def prompt_page(p: Prompt, trajectories: Sequence[Trajectory], page_index: int, pages: int,
                 known_runs: Collection[str]) -> str:
     """One page of a prompt: the problem, tests and Q̂0, then its trajectories grouped by source and run."""
     name = name_at(slug(p.prompt_id), 0).removesuffix(".html")
@@ -261,7 +263,7 @@ def _series(steps: Sequence[dict[str, Any]], key: str) -> tuple[list[Any], list[
     return [x for x, _ in points], [y for _, y in points]
 
 
-def run_page(d: Any, known_prompts: Collection[str]) -> str:
+def run_page(d: RunDetail, known_prompts: Collection[str]) -> str:
     r = d.run
     keys = sorted({k for s in d.steps for k in s if "pass@" in k})
     passk = [{"type": "scatter", "mode": "lines+markers", "name": k, "x": x, "y": y}
