@@ -199,7 +199,7 @@ def token_spans(tokenizer: Any, row: dict[str, Any],
             continue
         before, through = (tokenizer.decode(ids[:j], skip_special_tokens=True, clean_up_tokenization_spaces=False)
                            for j in (i, i + 1))
-        if len(through) > len(before) and text.startswith(through):
+        if text.startswith(through):  # (a token with no text, EOS, gets an empty span where it stands)
             out[i] = (len(before), len(through))
     return out
 

@@ -42,15 +42,18 @@ def delta_color(delta: float) -> str:
 
 def highlight(text: str, pivots: Sequence[Pivot]) -> str:
     """`text` escaped, each placed pivot's characters [start, end) in a <mark> colored by its Δ, the values on
-    hover. Overlapping or out-of-range spans are skipped rather than drawn on the wrong characters."""
+    hover (an empty span: a token with no text, such as the end of the response). Overlapping or out-of-range spans
+    are skipped rather than drawn on the wrong characters."""
     out, at = [], 0
     placed = sorted((p.start, p.end, p) for p in pivots if p.start is not None and p.end is not None)
     for start, end, p in placed:
-        if start < at or end > len(text) or end <= start:
+        if start < at or end > len(text) or end < start:
             continue
         title = f"pivotal token {p.position}: P(success) {p.s_before:.3f} → {p.s_after:.3f} (Δ {p.delta:+.3f})"
+        # a token that spells no text (the end of the response) gets an empty mark the stylesheet draws as a sign
+        cls, title = ("pivot", title) if end > start else ("pivot silent", title + ", a token with no text (EOS)")
         out.append(esc(text[at:start]))
-        out.append(f'<mark class="pivot" data-position="{p.position}" data-delta="{p.delta:.4f}" '
+        out.append(f'<mark class="{cls}" data-position="{p.position}" data-delta="{p.delta:.4f}" '
                    f'style="background:{delta_color(p.delta)}" title="{esc(title)}">{esc(text[start:end])}</mark>')
         at = end
     out.append(esc(text[at:]))

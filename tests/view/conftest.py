@@ -67,8 +67,8 @@ def _ingest(root: Path, lake: Path, name: str, rollouts: list[tuple]) -> None:
 
 
 def _pivots(lake: Lake, tokenizer_dir: Path) -> list[dict]:
-    """Two pivots on PIVOTAL's tokens, at the positions PTS would count them (the response tokenised after its
-    prompt), with the characters each token spells."""
+    """Three pivots on PIVOTAL's tokens, at the positions PTS would count them (the response tokenised after its
+    prompt, then EOS), with the characters each token spells (none for EOS)."""
     from transformers import AutoTokenizer
 
     from spo_lake.models.backend import tokenize_response
@@ -84,7 +84,7 @@ def _pivots(lake: Lake, tokenizer_dir: Path) -> list[dict]:
     last = next(i for i in range(len(ids) - 1, -1, -1) if "8" in spelled[i])
     rows = [{"trajectory_id": row["trajectory_id"], "model_id": "pi0", "position": i, "token_id": ids[i],
              "s_before": before, "s_after": after, "threshold": 0.2, "run_id": "pts-test"}
-            for i, before, after in ((star, 0.2, 0.9), (last, 0.9, 0.6))]
+            for i, before, after in ((star, 0.2, 0.9), (last, 0.9, 0.6), (len(ids) - 1, 0.6, 1.0))]  # and EOS
     lake.append("pivots", rows)
     return [{**r, "text": spelled[r["position"]]} for r in rows]
 

@@ -85,6 +85,7 @@ def test_pivotal_tokens_are_highlighted_on_their_characters(site, browser, view_
         assert PIVOTAL[1][len(mark["before"]):].startswith(mark["text"])  # the mark sits where its token is
         assert f"{pivot['s_before']:.3f} → {pivot['s_after']:.3f}" in mark["title"]
     assert marks[0]["color"].startswith("rgba(22, 163, 74") and marks[1]["color"].startswith("rgba(220, 38, 38")
+    assert marks[2]["text"] == "" and marks[2]["before"] == PIVOTAL[1]  # EOS: an empty mark after the last character
 
 
 def test_a_prompt_page_shows_problem_tests_q0_and_every_trajectory_by_source_and_run(site, browser):

@@ -73,3 +73,8 @@ def test_an_unknown_snapshot_is_one_line_error_and_writes_nothing(tmp_path):
     assert result.exit_code != 0
     assert "nope" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not Path(tmp_path / "site").exists()
+
+
+def test_a_pivot_on_a_token_with_no_text_is_an_empty_mark_where_it_stands():
+    marked = highlight("1 + 2", [Pivot(3, 2, 0.5, 1.0, start=5, end=5)])
+    assert marked.startswith("1 + 2<mark class=\"pivot silent\"") and marked.endswith("></mark>")
