@@ -169,12 +169,16 @@ def pivots(lake: Lake, snapshot: str | None, tokenizer_dir: Path | None) -> dict
     return out
 
 
+def require_tokenizer(directory: Path) -> None:
+    if not (directory / "tokenizer_config.json").is_file() and not (directory / "tokenizer.json").is_file():
+        raise InputError(f"--tokenizer {directory}: not a model directory with a tokenizer (no tokenizer.json)")
+
+
 def load_tokenizer(directory: Path) -> Any:
     """π0's tokenizer from a local model directory (never the hub: the viewer works offline)."""
     from transformers import AutoTokenizer
 
-    if not (directory / "tokenizer_config.json").is_file() and not (directory / "tokenizer.json").is_file():
-        raise InputError(f"--tokenizer {directory}: not a model directory with a tokenizer (no tokenizer.json)")
+    require_tokenizer(directory)
     return AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
 
 

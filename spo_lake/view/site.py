@@ -70,6 +70,8 @@ def build_site(lake: Lake, out: Path, snapshot: str | None = None, tokenizer: Pa
         lake.get_snapshot(snapshot)  # a LakeError naming the snapshot before anything is written
     if demo_report is not None and not demo_report.is_file():
         raise InputError(f"--demo-report {demo_report}: no such file")
+    if tokenizer is not None:
+        data.require_tokenizer(tokenizer)
     prepare(out)
     copy_assets(out)
     sizes: list[int] = []

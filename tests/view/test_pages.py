@@ -65,13 +65,15 @@ def test_the_site_is_never_written_over_a_directory_it_did_not_write(tmp_path):
     assert not (tmp_path / "site" / "index.html").exists()
 
 
-def test_an_unknown_snapshot_is_one_line_error_and_writes_nothing(tmp_path):
+@pytest.mark.parametrize("args, named", [(["--snapshot", "nope"], "nope"), (["--tokenizer", "no-model"], "no-model"),
+                                         (["--demo-report", "no-report.md"], "no-report.md")])
+def test_bad_options_are_one_line_errors_and_write_nothing(tmp_path, args, named):
     runner = CliRunner()
     lake = tmp_path / "lake"
     assert runner.invoke(app, ["--lake", str(lake), "init"]).exit_code == 0
-    result = runner.invoke(app, ["--lake", str(lake), "view", "--out", str(tmp_path / "site"), "--snapshot", "nope"])
+    result = runner.invoke(app, ["--lake", str(lake), "view", "--out", str(tmp_path / "site"), *args])
     assert result.exit_code != 0
-    assert "nope" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert named in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not Path(tmp_path / "site").exists()
 
 
