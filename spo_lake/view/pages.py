@@ -17,6 +17,7 @@ from spo_lake.view.records import Overview, Pivot, Prompt, PromptSummary, Run, R
 TESTS_CHARS = 20_000  # a prompt's tests shown as stored JSON, cut here (a page stays a few MB)
 COMPARE_ANSWERS = 3  # answers per source/run in the side-by-side comparison
 COMPARE_CHARS = 2_000
+OVERVIEW_RUNS = 100  # the overview's runs table; runs/index.html lists every run
 VERDICT_COLORS = {"ok": "#2da44e", "not judged": "#afb8c1", "wrong_answer": "#cf222e", "runtime_error": "#bc4c00",
                   "timeout": "#8250df", "syntax": "#bf8700", "memory": "#1f6feb", "imported": "#6e7781"}
 
@@ -93,7 +94,6 @@ def overview_page(o: Overview, known_prompts: Collection[str], known_runs: Colle
     at = f"snapshot {o.snapshot}" if o.snapshot else "the lake's head"
     parts = [f'<p>Read at {esc(at)}: {total} trajectories of {len(known_prompts)} '
              f'<a href="prompts/index.html">prompts</a>, {len(known_runs)} <a href="runs/index.html">runs</a>.',
-
              f' <a href="{esc(o.demo_report)}">The demo\'s report</a>.' if o.demo_report else "", "</p>",
              "<h2 id=\"rows\">Rows by source × task × verdict</h2>",
              chart("verdicts", traces, {"barmode": "stack", "height": 320, "margin": {"t": 20},
@@ -103,7 +103,9 @@ def overview_page(o: Overview, known_prompts: Collection[str], known_runs: Colle
              "<h2 id=\"snapshots\">Snapshots</h2>",
              table(["name", "note", "created", "table versions"],
                    [[s["name"], s["note"], s["created_at"], s["versions"]] for s in o.snapshots]),
-             "<h2 id=\"runs\">Runs</h2>", runs_table(o.runs, known_runs, ""),
+             "<h2 id=\"runs\">Runs</h2>", runs_table(o.runs[:OVERVIEW_RUNS], known_runs, ""),
+             f'<p class="note">The first {OVERVIEW_RUNS} of {len(o.runs)} runs; all of them: '
+             '<a href="runs/index.html">runs</a>.</p>' if len(o.runs) > OVERVIEW_RUNS else "",
              "<h2 id=\"coverage\">Coverage: prompts with ≥1 correct solution, per source and run</h2>",
              table(["source", "run", "prompts solved", "solved first"],
                    _rows(o.coverage, ["source", "run_id", "prompts_solved", "first_solved"], {"run_id": run_link})),
