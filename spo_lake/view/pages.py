@@ -278,8 +278,19 @@ def run_page(d: RunDetail, known_prompts: Collection[str]) -> str:
         x, y = _series([s for s in d.steps if "loss" in s], key)
         if x:
             curves.append(chart(f"curve-{key}", [{"type": "scatter", "mode": "lines", "name": key, "x": x, "y": y}],
-                                {"title": {"text": title}, "height": 280, "margin": {"t": 40},
+                                {"title": {"text": title}, "height": 260, "margin": {"t": 40, "l": 50, "r": 10},
                                  "xaxis": {"title": "step"}}))
+    versions = sorted({w["policy_version"] for w in d.written if w["policy_version"] is not None})
+    judged = {v: [w for w in d.written if w["policy_version"] == v and w["verdict"] != "not judged"]
+              for v in versions}
+    rates = [(v, sum(w["rollouts"] for w in ws if w["verdict"] == "ok") / sum(w["rollouts"] for w in ws))
+             for v, ws in judged.items() if ws]
+    if rates:
+        curves.append(chart("curve-rollouts", [{"type": "scatter", "mode": "lines+markers", "name": "passed",
+                                                "x": [v for v, _ in rates], "y": [r for _, r in rates]}],
+                            {"title": {"text": "its rollouts that passed"}, "height": 260,
+                             "margin": {"t": 40, "l": 50, "r": 10}, "xaxis": {"title": "policy version"},
+                             "yaxis": {"range": [0, 1.02]}}))
     written = [[w["policy_version"], w["source"], w["verdict"], w["rollouts"]] for w in d.written]
     streams = [[s.get("stream"), s.get("kind"), s.get("source"), s.get("sequences"), s.get("share")]
                for s in d.streams]
@@ -290,7 +301,9 @@ def run_page(d: RunDetail, known_prompts: Collection[str]) -> str:
              chart("passk", passk, {"height": 340, "margin": {"t": 20}, "xaxis": {"title": "step"},
                                     "yaxis": {"title": "pass@k", "range": [0, 1.02]}}) if passk
              else '<p class="empty">no evaluations logged</p>',
-             '<h2 id="curves">Training curves</h2>', "".join(curves) or '<p class="empty">no training steps logged</p>',
+             '<h2 id="curves">Training curves</h2>',
+             f'<div class="curves">{"".join(curves)}</div>' if curves
+             else '<p class="empty">no training steps logged</p>',
              '<h2 id="streams">Lake rows read, by stream</h2>',
              table(["stream", "kind", "source", "sequences", "share"], streams, "../"),
              '<h2 id="written">Rollouts written back</h2>',

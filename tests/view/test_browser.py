@@ -129,6 +129,7 @@ def test_a_run_page_charts_pass_at_k_from_step_0_and_the_training_curves(site, b
     assert dict(charts)["passk"] == [["pass@1", 0, 2], ["pass@10", 0, 2]]
     assert {c for c, _ in charts} >= {"curve-loss", "curve-kl", "curve-grad_norm"}
     assert dict(charts)["curve-loss"] == [["loss", 1, 8]]
+    assert dict(charts)["curve-rollouts"] == [["passed", 0, 2]]  # run-a's rollouts at policy versions 0 and 1
     cells = _text(browser, "td")
     assert "finished" in cells and "v1" in cells and "cd/mul" in cells  # its rollouts, by prompt
     shots = os.environ.get("SPOLAKE_VIEW_SCREENSHOTS")
