@@ -239,18 +239,38 @@ def read_steps(path: Path) -> tuple[list[dict[str, Any]], str | None]:
     return records[::stride] if stride > 1 else records, None
 
 
-def run_detail(lake: Lake, snapshot: str | None, run: Run, roots: Sequence[Path]) -> RunDetail:
+@dataclass(frozen=True)
+class RunRows:
+    """What every run wrote to the lake, read in two queries for all runs (a lake holds one run per pipeline call)."""
+
+    written: dict[str, list[dict[str, Any]]]  # run id -> policy_version, source, verdict, rollouts
+    prompts: dict[str, list[dict[str, Any]]]  # run id -> its RUN_PROMPTS prompts with most rollouts
+
+
+def run_rows(lake: Lake, snapshot: str | None) -> RunRows:
+    written: dict[str, list[dict[str, Any]]] = {}
+    for r in lake.sql(f"""
+            SELECT t.run_id, t.policy_version, t.source, coalesce(v.verdict, 'not judged') AS verdict,
+                   count(*) AS rollouts
+            FROM trajectories t LEFT JOIN ({VERDICT_SQL}) v USING (trajectory_id) WHERE t.run_id IS NOT NULL
+            GROUP BY ALL ORDER BY 1, 2 NULLS FIRST, 3, 4""", snapshot).to_pylist():
+        written.setdefault(r.pop("run_id"), []).append(r)
+    prompts: dict[str, list[dict[str, Any]]] = {}
+    for r in lake.sql(f"""
+            SELECT t.run_id, t.prompt_id, count(*) AS rollouts, count(*) FILTER (WHERE v.passed) AS passed
+            FROM trajectories t LEFT JOIN ({VERDICT_SQL}) v USING (trajectory_id) WHERE t.run_id IS NOT NULL
+            GROUP BY 1, 2
+            QUALIFY row_number() OVER (PARTITION BY t.run_id ORDER BY count(*) DESC, t.prompt_id) <= {RUN_PROMPTS}
+            ORDER BY 1, 3 DESC, 2""", snapshot).to_pylist():
+        prompts.setdefault(r.pop("run_id"), []).append(r)
+    return RunRows(written, prompts)
+
+
+def run_detail(lake: Lake, run: Run, rows: RunRows, roots: Sequence[Path]) -> RunDetail:
+    """A run's page data: its lake rows (`rows`), and from its directory, if found, metrics.jsonl and the rows it read
+    per stream (rebuilt from its manifest, as `spolake report batch` does)."""
     from spo_lake.rl.batches import batch_sources
 
-    params = {"run": run.run_id}
-    written = lake.sql(f"""
-        SELECT t.policy_version, t.source, coalesce(v.verdict, 'not judged') AS verdict, count(*) AS rollouts
-        FROM trajectories t LEFT JOIN ({VERDICT_SQL}) v USING (trajectory_id) WHERE t.run_id = $run
-        GROUP BY ALL ORDER BY 1 NULLS FIRST, 2, 3""", snapshot, params).to_pylist()
-    by_prompt = lake.sql(f"""
-        SELECT t.prompt_id, count(*) AS rollouts, count(*) FILTER (WHERE v.passed) AS passed
-        FROM trajectories t LEFT JOIN ({VERDICT_SQL}) v USING (trajectory_id) WHERE t.run_id = $run
-        GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT {RUN_PROMPTS}""", snapshot, params).to_pylist()
     directory = run_directory(run.run_id, roots)
     steps: list[dict[str, Any]] = []
     streams: list[dict[str, Any]] = []
@@ -268,4 +288,5 @@ def run_detail(lake: Lake, snapshot: str | None, run: Run, roots: Sequence[Path]
             except (InputError, OSError, KeyError, TypeError, ValueError) as exc:  # a damaged or foreign manifest
                 notes.append(f"{directory / 'manifest.json'}: the lake rows read by stream could not be rebuilt "
                              f"({type(exc).__name__}: {exc})")
-    return RunDetail(run=run, steps=steps, streams=streams, written=written, prompts=by_prompt, notes=notes)
+    return RunDetail(run=run, steps=steps, streams=streams, written=rows.written.get(run.run_id, []),
+                     prompts=rows.prompts.get(run.run_id, []), notes=notes)

@@ -114,8 +114,9 @@ def build_site(lake: Lake, out: Path, snapshot: str | None = None, tokenizer: Pa
             _prompt_pages(write, prompts[pid], [], limits, known_runs)
             bar.advance(task)
         task = bar.add_task("run pages", total=len(runs))
+        rows = data.run_rows(lake, snapshot)
         for run in runs:
-            write(pages.run_href(run.run_id), pages.run_page(data.run_detail(lake, snapshot, run, runs_roots),
+            write(pages.run_href(run.run_id), pages.run_page(data.run_detail(lake, run, rows, runs_roots),
                                                              known_prompts))
             bar.advance(task)
     return SiteSummary(out=out, pages=len(sizes), prompts=len(prompts), trajectories=total, runs=len(runs),
