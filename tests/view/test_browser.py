@@ -1,11 +1,9 @@
 """The site as a person sees it: Debian's chromium, headless, opens the pages `spolake view` wrote from disk.
 
 CI installs chromium (scripts/setup.sh), so there these tests must run; elsewhere a missing chromium skips them.
-SPOLAKE_VIEW_SCREENSHOTS=DIR also saves the screenshots the docs show (docs/viewer.md).
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -132,14 +130,6 @@ def test_a_run_page_charts_pass_at_k_from_step_0_and_the_training_curves(site, b
     assert dict(charts)["curve-rollouts"] == [["passed", 0, 2]]  # run-a's rollouts at policy versions 0 and 1
     cells = _text(browser, "td")
     assert "finished" in cells and "v1" in cells and "cd/mul" in cells  # its rollouts, by prompt
-    shots = os.environ.get("SPOLAKE_VIEW_SCREENSHOTS")
-    if shots:
-        browser.screenshot(Path(shots) / "viewer-run.png")
-        browser.open(site / "index.html")
-        browser.screenshot(Path(shots) / "viewer-overview.png")
-        browser.open(_page(site, r"prompts/cd_mul-[0-9a-f]+\.html"))
-        browser.eval("document.querySelector('mark.pivot').scrollIntoView({block: 'center'})")
-        browser.screenshot(Path(shots) / "viewer-prompt.png")
 
 
 def test_a_snapshot_site_shows_the_lake_as_it_was(view_lake, browser):
