@@ -206,8 +206,9 @@ def compare_block(trajectories: Sequence[Trajectory]) -> str:
 
 
 def prompt_page(p: Prompt, trajectories: Sequence[Trajectory], page_index: int, pages: int,
-                known_runs: Collection[str]) -> str:
-    """One page of a prompt: the problem, tests and Q̂0, then its trajectories grouped by source and run."""
+                known_runs: Collection[str], shown: int) -> str:
+    """One page of a prompt: the problem, tests and Q̂0, then its trajectories grouped by source and run; `shown` is
+    how many of the prompt's trajectories its pages show in all (the rest are past the site's cap)."""
     name = name_at(slug(p.prompt_id), 0).removesuffix(".html")
     q0 = table(["model", "π0 samples", "successes", "Q̂0 rate"],
                [[q["model_id"], q["n"], q["n_success"], round(q["n_success"] / q["n"], 4) if q["n"] else None]
@@ -216,10 +217,10 @@ def prompt_page(p: Prompt, trajectories: Sequence[Trajectory], page_index: int, 
     tests_text = _pretty(tests)
     if len(tests_text) > TESTS_CHARS:
         tests_text = tests_text[:TESTS_CHARS] + f"\n… {len(tests_text) - TESTS_CHARS} more characters"
-    shown = sum(1 for _ in trajectories)
     most = max(p.q0, key=lambda q: q["n"], default=None)  # the prompt's Q̂0: π0's largest count
     q0_rate = fmt(round(most["n_success"] / most["n"], 4)) if most and most["n"] else "–"
-    parts = [f"<p>task {esc(p.task)} · {p.trajectories} trajectories</p>",
+    capped = f" (its pages show the first {shown}, by source, run and time)" if shown < p.trajectories else ""
+    parts = [f"<p>task {esc(p.task)} · {p.trajectories} trajectories{capped}</p>",
              f'<h2 id="problem">Problem</h2><pre class="problem">{esc(p.prompt)}</pre>',
              f'<h2 id="tests">Tests</h2><pre class="tests">{esc(tests_text) or "none"}</pre>',
              '<h2 id="q0">Q̂0: π0\'s success rate from the prompt</h2>', q0]
@@ -235,7 +236,7 @@ def prompt_page(p: Prompt, trajectories: Sequence[Trajectory], page_index: int, 
         parts.append(f'<section class="group"><h3>{esc(source)} · {esc(run or "no run")} '
                      f'({len(items)} here)</h3>' + "".join(trajectory_block(t, known_runs, q0_rate) for t in items)
                      + "</section>")
-    if not shown:
+    if not trajectories:
         parts.append('<p class="empty">no trajectories</p>')
     parts.append(pager(page_index, pages, name))
     return page(f"Prompt {p.prompt_id}", "\n".join(parts), "../")

@@ -129,7 +129,7 @@ def _prompt_pages(write: Callable[[str, str], None], prompt: Prompt, trajectorie
     count = max(1, -(-len(trajectories) // per))
     for i in range(count):
         write("prompts/" + name_at(slug(prompt.prompt_id), i),
-              pages.prompt_page(prompt, trajectories[i * per:(i + 1) * per], i, count, known_runs))
+              pages.prompt_page(prompt, trajectories[i * per:(i + 1) * per], i, count, known_runs, len(trajectories)))
 
 
 def _demo_report(report: Path, into: Path) -> tuple[str, list[str]]:

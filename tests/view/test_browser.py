@@ -174,6 +174,11 @@ def test_long_listings_are_paginated_and_every_page_links_resolve(view_lake, bro
     out = tmp_path / "paged"
     build_site(Lake.open(view_lake.lake), out, limits=Limits(trajectories_per_page=2, prompts_per_page=2),
                show_progress=False)
+    capped = tmp_path / "capped"
+    build_site(Lake.open(view_lake.lake), capped, limits=Limits(trajectories_per_prompt=4), show_progress=False)
+    browser.open(_page(capped, r"prompts/cd_mul-[0-9a-f]+\.html"))
+    assert len(_text(browser, "div.trajectory")) == 4
+    assert "5 trajectories (its pages show the first 4" in browser.eval("document.body.textContent")
     mul = sorted(p.name for p in (out / "prompts").glob("cd_mul-*.html"))
     assert len(mul) == 3 and len(sorted((out / "prompts").glob("index*.html"))) == 2  # 5 rollouts, 3 prompts
     shown = []
