@@ -223,6 +223,8 @@ def prompt_page(p: Prompt, trajectories: Sequence[Trajectory], page_index: int, 
     parts = [f"<p>task {esc(p.task)} · {p.trajectories} trajectories{capped}</p>",
              f'<h2 id="problem">Problem</h2><pre class="problem">{esc(p.prompt)}</pre>',
              f'<h2 id="tests">Tests</h2><pre class="tests">{esc(tests_text) or "none"}</pre>',
+             f'<h2 id="metadata">Metadata</h2><pre class="tests">{esc(_pretty(p.metadata))}</pre>'
+             if p.metadata and p.metadata not in ("{}", "null") else "",
              '<h2 id="q0">Q̂0: π0\'s success rate from the prompt</h2>', q0]
     if page_index == 0:
         parts.append(compare_block(trajectories))

@@ -12,8 +12,8 @@ from spo_lake.cli.app import app
 from spo_lake.errors import InputError
 from spo_lake.view.data import run_directory
 from spo_lake.view.html import json_script, slug
-from spo_lake.view.pages import highlight
-from spo_lake.view.records import Pivot
+from spo_lake.view.pages import highlight, prompt_page, run_page
+from spo_lake.view.records import Pivot, Prompt, Run, RunDetail, Trajectory
 from spo_lake.view.site import prepare
 
 
@@ -80,3 +80,38 @@ def test_bad_options_are_one_line_errors_and_write_nothing(tmp_path, args, named
 def test_a_pivot_on_a_token_with_no_text_is_an_empty_mark_where_it_stands():
     marked = highlight("1 + 2", [Pivot(3, 2, 0.5, 1.0, start=5, end=5)])
     assert marked.startswith("1 + 2<mark class=\"pivot silent\"") and marked.endswith("></mark>")
+
+
+EVIL = '</pre></script><script>alert(1)</script><img src=x onerror="alert(2)">\'"&'
+
+
+def _markup(page: str) -> list[tuple[str, list[str]]]:
+    """Every element the page holds, with its attribute names, as a browser's parser reads them."""
+    from html.parser import HTMLParser
+
+    found: list[tuple[str, list[str]]] = []
+
+    class Elements(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            found.append((tag, [name for name, _ in attrs]))
+
+    Elements().feed(page)
+    return found
+
+
+def test_every_field_a_lake_gives_a_page_is_text():
+    """The same pages with harmless values and with an attacker's in every field hold exactly the same elements and
+    attributes: nothing a lake holds becomes markup."""
+    def pages(text: str) -> list[str]:
+        prompt = Prompt(text, text, text, json.dumps({"x": text}), json.dumps({"tag": text}),
+                        q0=[{"model_id": text, "n": 4, "n_success": 1}], trajectories=2)
+        ts = [Trajectory(f"{text}{i}", f"{text}{i}", text, text, 1, text, text, len(text), text, -1.0, text, text,
+                         (Pivot(0, 1, 0.2, 0.9, start=0, end=2),)) for i in range(2)]  # two sources: side by side
+        run = Run(text, text, text, text, json.dumps({"note": text}), json.dumps({"m": text}), text, 2)
+        detail = RunDetail(run, [{"step": 0, "pass@1": 0.5, text: 1.0}], [{"stream": text}],
+                           [{"policy_version": 0, "source": text, "verdict": "ok", "rollouts": 2}],
+                           [{"prompt_id": text, "rollouts": 2, "passed": 1}], [text])
+        return [prompt_page(prompt, ts, 0, 1, {text}, 2), run_page(detail, {text})]
+
+    for plain, evil in zip(pages("plain"), pages(EVIL)):
+        assert _markup(evil) == _markup(plain)
