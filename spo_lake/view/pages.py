@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Collection, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from itertools import groupby
 from typing import Any
 
@@ -254,11 +255,25 @@ def _pretty(text: str) -> str:
 # ---------------------------------------------------------------------------------------------- the demo
 
 
-def demo_page(report: str, images: Sequence[str]) -> str:
-    """The demo's report.md as text, with the plots it names (copied into assets/demo/) below it."""
+def linked(text: str, links: Mapping[str, str]) -> str:
+    """`text` escaped, each word that is a key of `links` (a prompt, run or trajectory id; trailing punctuation
+    aside) a link to its page."""
+    out, at = [], 0
+    for m in re.finditer(r"[A-Za-z0-9_./:@-]+", text):
+        word = m.group().rstrip(".,:;")
+        if word in links:
+            out += [esc(text[at:m.start()]), f'<a href="{esc(links[word])}">{esc(word)}</a>']
+            at = m.start() + len(word)
+    out.append(esc(text[at:]))
+    return "".join(out)
+
+
+def demo_page(report: str, images: Sequence[str], links: Mapping[str, str]) -> str:
+    """The demo's report.md as text, every prompt, run and trajectory id it names linked to its page, with the plots
+    it names (copied into assets/demo/) below it."""
     plots = "".join(f'<figure><img src="assets/demo/{esc(name)}" alt="{esc(name)}"><figcaption>{esc(name)}'
                     "</figcaption></figure>" for name in images)
-    return page("The demo's report", f'<pre class="report">{esc(report)}</pre>{plots}', "")
+    return page("The demo's report", f'<pre class="report">{linked(report, links)}</pre>{plots}', "")
 
 
 # ---------------------------------------------------------------------------------------------- a run

@@ -22,7 +22,7 @@ from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.view import data, pages
 from spo_lake.view.data import LIMITS, Limits
-from spo_lake.view.html import name_at, slug
+from spo_lake.view.html import name_at
 from spo_lake.view.records import Prompt, Trajectory
 
 ASSETS = Path(__file__).parent / "assets"
@@ -84,7 +84,6 @@ def build_site(lake: Lake, out: Path, snapshot: str | None = None, tokenizer: Pa
     title = f"Lake {Path(lake.root).name}" + (f" at {snapshot}" if snapshot else "")
     overview = data.overview(lake, snapshot, title)
     if demo_report is not None:
-        write("demo.html", pages.demo_page(*_demo_report(demo_report, out / "assets" / "demo")))
         overview = replace(overview, demo_report="demo.html")
     runs = overview.runs
     known_runs = {r.run_id for r in runs}
@@ -101,6 +100,7 @@ def build_site(lake: Lake, out: Path, snapshot: str | None = None, tokenizer: Pa
               pages.prompts_index_page(summaries[i * per:(i + 1) * per], i, listing, len(summaries)))
 
     pivots = data.pivots(lake, snapshot, tokenizer)
+    anchors: dict[str, str] = {}  # trajectory id -> where it is shown (the demo's report links to it)
     total = 0
     with progress_bar(disable=not show_progress) as bar:
         task = bar.add_task("prompt pages", total=len(prompts))
@@ -108,10 +108,10 @@ def build_site(lake: Lake, out: Path, snapshot: str | None = None, tokenizer: Pa
         for pid, trajectories in data.trajectories_by_prompt(lake, snapshot, limits, pivots):
             seen.add(pid)
             total += len(trajectories)
-            _prompt_pages(write, prompts[pid], trajectories, limits, known_runs)
+            _prompt_pages(write, prompts[pid], trajectories, limits, known_runs, anchors)
             bar.advance(task)
         for pid in known_prompts - seen:  # prompts nothing answered yet
-            _prompt_pages(write, prompts[pid], [], limits, known_runs)
+            _prompt_pages(write, prompts[pid], [], limits, known_runs, anchors)
             bar.advance(task)
         task = bar.add_task("run pages", total=len(runs))
         rows = data.run_rows(lake, snapshot)
@@ -119,17 +119,24 @@ def build_site(lake: Lake, out: Path, snapshot: str | None = None, tokenizer: Pa
             write(pages.run_href(run.run_id), pages.run_page(data.run_detail(lake, run, rows, runs_roots),
                                                              known_prompts))
             bar.advance(task)
+    if demo_report is not None:
+        links = {**anchors, **{pid: pages.prompt_href(pid) for pid in known_prompts},
+                 **{rid: pages.run_href(rid) for rid in known_runs}}
+        write("demo.html", pages.demo_page(*_demo_report(demo_report, out / "assets" / "demo"), links))
     return SiteSummary(out=out, pages=len(sizes), prompts=len(prompts), trajectories=total, runs=len(runs),
                        largest_page_bytes=max(sizes))
 
 
 def _prompt_pages(write: Callable[[str, str], None], prompt: Prompt, trajectories: Sequence[Trajectory],
-                  limits: Limits, known_runs: set[str]) -> None:
+                  limits: Limits, known_runs: set[str], anchors: dict[str, str]) -> None:
     per = limits.trajectories_per_page
     count = max(1, -(-len(trajectories) // per))
     for i in range(count):
-        write("prompts/" + name_at(slug(prompt.prompt_id), i),
-              pages.prompt_page(prompt, trajectories[i * per:(i + 1) * per], i, count, known_runs, len(trajectories)))
+        shown = trajectories[i * per:(i + 1) * per]
+        write(pages.prompt_href(prompt.prompt_id, i),
+              pages.prompt_page(prompt, shown, i, count, known_runs, len(trajectories)))
+        anchors.update((t.trajectory_id, f"{pages.prompt_href(prompt.prompt_id, i)}#t-{t.trajectory_id}")
+                       for t in shown)
 
 
 def _demo_report(report: Path, into: Path) -> tuple[str, list[str]]:

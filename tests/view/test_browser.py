@@ -154,7 +154,9 @@ def test_the_demos_report_is_linked_with_its_plots(view_lake, browser, tmp_path)
     report = tmp_path / "demo" / "report.md"
     report.parent.mkdir()
     (report.parent / "pass_at_k.png").write_bytes((tmp_path / "pass_at_k.png").read_bytes())
-    report.write_text("# demo\n<script>window.pwned = 5</script>\n![pass@k](pass_at_k.png)\n![x](../secret.png)\n")
+    tid = view_lake.pivots[0]["trajectory_id"]
+    report.write_text("# demo\n<script>window.pwned = 5</script>\n![pass@k](pass_at_k.png)\n![x](../secret.png)\n"
+                      f"held-out: cd/mul, cd/add. Run run-a. PTS curve of trajectory `{tid}`.\n")
     out = view_lake.root / "site-demo"
     cli(view_lake.lake, "view", "--out", out, "--demo-report", report, "--quiet")
     browser.open(out / "index.html")
@@ -164,6 +166,15 @@ def test_the_demos_report_is_linked_with_its_plots(view_lake, browser, tmp_path)
     assert browser.eval("typeof window.pwned") == "undefined" and browser.errors() == []
     assert browser.eval("[...document.images].map(i => [i.alt, i.naturalWidth > 0])") == [["pass_at_k.png", True]]
     assert not any(out.rglob("secret.png"))
+    links = browser.eval("[...document.querySelectorAll('pre.report a')].map(a => [a.textContent, a.href])")
+    assert [text for text, _ in links] == ["cd/mul", "cd/add", "run-a", tid]
+    for text, url in links:
+        target = urlparse(url)
+        assert Path(unquote(target.path)).is_file()
+        if text == tid:  # the trajectory's own block on its prompt's page
+            browser.open(Path(unquote(target.path)))
+            assert browser.eval(f"document.getElementById({unquote(target.fragment)!r}).textContent").find(
+                PIVOTAL[1]) >= 0
 
 
 def test_long_listings_are_paginated_and_every_page_links_resolve(view_lake, browser, tmp_path):

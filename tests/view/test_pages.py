@@ -115,3 +115,12 @@ def test_every_field_a_lake_gives_a_page_is_text():
 
     for plain, evil in zip(pages("plain"), pages(EVIL)):
         assert _markup(evil) == _markup(plain)
+
+
+def test_the_demos_report_links_the_ids_it_names_and_nothing_else():
+    from spo_lake.view.pages import linked
+
+    links = {"countdown/1/7": "prompts/p.html", "run-a": "runs/r.html"}
+    assert linked("held-out countdown/1/7, run-a. <b>run-ab</b>", links) == (
+        'held-out <a href="prompts/p.html">countdown/1/7</a>, <a href="runs/r.html">run-a</a>. '
+        "&lt;b&gt;run-ab&lt;/b&gt;")
