@@ -7,7 +7,8 @@ The site opens from disk with no server and no network: every page is a file, pl
     prompts/index[-N].html      every prompt, paginated
     prompts/<prompt>[-N].html   a prompt: problem, tests, Q̂0, its trajectories (paginated), side by side
     runs/index.html, runs/<run>.html
-    assets/                     plotly.min.js, site.css, site.js
+    demo.html                   the demo's report (--demo-report), its ids linked to their pages
+    assets/                     plotly.min.js, site.css, site.js (and demo/: the report's plots)
 """
 from __future__ import annotations
 
