@@ -200,3 +200,4 @@ def test_long_listings_are_paginated_and_every_page_links_resolve(view_lake, bro
         for url in browser.eval("[...document.querySelectorAll('p.pager a')].map(a => a.href)"):
             assert Path(unquote(urlparse(url).path)).is_file()
     assert len(shown) == len(set(shown)) == 5  # each trajectory on exactly one page
+
