@@ -119,8 +119,9 @@ def prompts(lake: Lake, snapshot: str | None) -> dict[str, Prompt]:
 
 def trajectories_by_prompt(lake: Lake, snapshot: str | None, limits: Limits,
                            pivots: dict[str, tuple[Pivot, ...]]) -> Iterator[tuple[str, list[Trajectory]]]:
-    """(prompt_id, its first `trajectories_per_prompt` trajectories by source, run and time), prompt by prompt."""
-    table = lake.sql(f"""
+    """(prompt_id, its first `trajectories_per_prompt` trajectories by source, run and time), prompt by prompt.
+    The rows stream from DuckDB in batches: a large lake's responses are never all in memory at once."""
+    query = f"""
         SELECT t.prompt_id, t.trajectory_id, t.source, t.run_id, t.model_id, t.policy_version,
                CAST(t.created_at AS VARCHAR) AS created_at, left(t.response_text, $chars) AS response_text,
                length(t.response_text) AS response_chars, v.verdict, v.reward, left(d.detail, 2000) AS detail,
@@ -129,20 +130,25 @@ def trajectories_by_prompt(lake: Lake, snapshot: str | None, limits: Limits,
              USING (trajectory_id)
         QUALIFY row_number() OVER (PARTITION BY t.prompt_id
                                    ORDER BY t.source, t.run_id NULLS FIRST, t.created_at, t.trajectory_id) <= $cap
-        ORDER BY t.prompt_id, t.source, t.run_id NULLS FIRST, t.created_at, t.trajectory_id""", snapshot,
-                     params={"chars": limits.response_chars, "cap": limits.trajectories_per_prompt})
-    current: str | None = None
-    group: list[Trajectory] = []
-    for batch in table.to_batches(max_chunksize=10_000):
-        for r in batch.to_pylist():
-            pid = r.pop("prompt_id")
-            if pid != current and group:
-                yield current or "", group
-                group = []
-            current = pid
-            group.append(Trajectory(**r, pivots=pivots.get(r["trajectory_id"], ())))
-    if group:
-        yield current or "", group
+        ORDER BY t.prompt_id, t.source, t.run_id NULLS FIRST, t.created_at, t.trajectory_id"""
+    con = lake.connect(snapshot, tables=["trajectories", "evaluations"])
+    try:
+        reader = con.sql(query, params={"chars": limits.response_chars, "cap": limits.trajectories_per_prompt}
+                         ).to_arrow_reader(10_000)
+        current: str | None = None
+        group: list[Trajectory] = []
+        for batch in reader:
+            for r in batch.to_pylist():
+                pid = r.pop("prompt_id")
+                if pid != current and group:
+                    yield current or "", group
+                    group = []
+                current = pid
+                group.append(Trajectory(**r, pivots=pivots.get(r["trajectory_id"], ())))
+        if group:
+            yield current or "", group
+    finally:
+        con.close()
 
 
 def pivots(lake: Lake, snapshot: str | None, tokenizer_dir: Path | None) -> dict[str, tuple[Pivot, ...]]:
