@@ -19,7 +19,7 @@ from typing import Any
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--remote-debugging-pipe", "--allow-file-access-from-files"]
+         "--remote-debugging-pipe"]
 HANG_S = 120.0  # a guard against a hung browser, never a verdict about speed
 
 
