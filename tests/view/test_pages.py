@@ -124,3 +124,14 @@ def test_the_demos_report_links_the_ids_it_names_and_nothing_else():
     assert linked("held-out countdown/1/7, run-a. <b>run-ab</b>", links) == (
         'held-out <a href="prompts/p.html">countdown/1/7</a>, <a href="runs/r.html">run-a</a>. '
         "&lt;b&gt;run-ab&lt;/b&gt;")
+
+
+def test_an_empty_lake_has_a_site_too(tmp_path):
+    from spo_lake.lake import Lake
+    from spo_lake.view.site import build_site
+
+    summary = build_site(Lake.init(tmp_path / "lake"), tmp_path / "site", show_progress=False)
+    assert (summary.prompts, summary.trajectories, summary.runs) == (0, 0, 0)
+    index = (tmp_path / "site" / "index.html").read_text()
+    assert "0 trajectories of 0" in index and (tmp_path / "site" / "prompts" / "index.html").is_file()
+    assert (tmp_path / "site" / "assets" / "plotly.min.js").stat().st_size > 1_000_000  # bundled, once
