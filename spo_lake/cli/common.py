@@ -15,12 +15,13 @@ import typer
 
 from spo_lake import __version__
 from spo_lake.cli.output import DOCUMENT_HELP, DocumentFormat
-from spo_lake.console import console
+from spo_lake.console import console, quiet_foreign_bars
 from spo_lake.errors import InputError, UserError
 from spo_lake.lake import Lake
 from spo_lake.tasks import SandboxOptions
 
 DEFAULT_LAKE = "./lake"
+quiet_foreign_bars()  # before any verb imports transformers (and with it tqdm)
 
 
 class State:
