@@ -93,6 +93,18 @@ def parse_ks(k: str) -> tuple[int, ...]:
     return ks
 
 
+def check_device(device: str | None, what: str = "--device") -> None:
+    """A device torch can name (auto, cpu, cuda, cuda:1, ...): a typo fails here as one line, not deep inside torch."""
+    if device in (None, "auto"):
+        return
+    import torch
+
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise InputError(f"{what} {device!r}: not a device; auto, cpu, cuda, cuda:1, ...") from None
+
+
 def parse_map(pairs: list[str] | None) -> dict[str, str]:
     return parse_pairs(pairs, "--map", "dst=src")
 

@@ -9,6 +9,7 @@ import typer
 from spo_lake.cli.common import (
     SANDBOX_HELP,
     Threads,
+    check_device,
     console,
     open_lake,
     parse_ks,
@@ -60,18 +61,18 @@ def register(app: typer.Typer) -> None:
         overrides = flag_overrides(model=model, algorithm=algorithm, steps=steps, seed=seed, snapshot=snapshot,
                                    run_dir=run_dir, run_name=run_name, device=device,
                                    threads=threads) + list(set_ or [])
-        if resume and config:
-            raise ValueError("--resume continues the run's recorded config; drop --config (use --set to change keys)")
+        if resume and config:  # before the lake opens: a usage error costs nothing
+            raise InputError("--resume continues the run's recorded config; drop --config (use --set to change keys)")
+        check_device(device)
         lake = open_lake()
         with process_group() as world:
             with console.status("setting up the run") if world.main else nullcontext():
                 if resume:
-                    if config:
-                        raise InputError("--resume continues the run's recorded config; drop --config "
-                                         "(use --set to change keys)")
                     trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet)
                 else:
-                    trainer = Trainer(load_config(config, overrides), lake, show_progress=not quiet)
+                    run_config = load_config(config, overrides)
+                    check_device(run_config.run.device, f"{config or 'config'}: device")
+                    trainer = Trainer(run_config, lake, show_progress=not quiet)
             say = console.print if world.main else (lambda *_: None)  # one process speaks for the run
             say(f"run {trainer.run_id}: snapshot {trainer.snapshot}, from step {trainer.step}, "
                 f"directory {trainer.run_dir}")
@@ -108,6 +109,7 @@ def register(app: typer.Typer) -> None:
         from spo_lake.rl.trainer import resolve_device
 
         quiet_transformers()
+        check_device(device)
         # the default keeps to the samples there are: `--n 4` reports pass@1 and pass@4, not an error
         ks = parse_ks(k) if k is not None else tuple(sorted({1, max(1, min(10, n))}))
         settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)
