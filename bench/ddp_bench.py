@@ -23,6 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dry_run import parse_args
 from train_bench import build  # bench/ is this script's directory, first on sys.path
 
 
@@ -65,7 +66,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="first steps left out of the median")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per process; 0 = the thread policy's")
-    args = parser.parse_args()
+    args = parse_args(parser, hidden=64, layers=1, batch=2, lines=1, steps=2, warmup=0, rounds=1)
 
     root = Path(tempfile.mkdtemp(prefix="ddp-bench-"))
     build(root, args)

@@ -7,8 +7,12 @@ from contextlib import nullcontext
 import typer
 
 from spo_lake.cli.common import (
-    SANDBOX_HELP,
+    SANDBOX_DEFAULTS,
+    MemoryMb,
+    Sandbox,
     Threads,
+    TimeoutS,
+    Workers,
     check_device,
     console,
     open_lake,
@@ -18,6 +22,7 @@ from spo_lake.cli.common import (
 )
 from spo_lake.cli.output import DOCUMENT_FORMAT, DocumentFormat, emit_json
 from spo_lake.errors import InputError
+from spo_lake.scores import EVAL_KS, EVAL_N, EVAL_TEMPERATURE, EVAL_TOP_P, RESPONSE_TOKENS
 
 
 def quiet_transformers() -> None:
@@ -86,23 +91,23 @@ def register(app: typer.Typer) -> None:
     def eval_(model: str = typer.Option(..., help="model directory or hub name (a checkpoint works)"),
               where: str | None = typer.Option(None, help="SQL filter over prompts p"),
               snapshot: str | None = typer.Option(None, help="read prompts at this snapshot"),
-              n: int = typer.Option(20, "--n", help="samples per prompt"),
-              temperature: float = typer.Option(0.4, help="sampling temperature"),
-              top_p: float = typer.Option(0.95, help="nucleus sampling p"),
-              k: str | None = typer.Option(None, "--k", help="comma-separated k values [default: 1,10; 1,n when n < "
-                                           "10]"),
-              max_new_tokens: int = typer.Option(512, help="response length limit"),
+              n: int = typer.Option(EVAL_N, "--n", help="samples per prompt"),
+              temperature: float = typer.Option(EVAL_TEMPERATURE, help="sampling temperature"),
+              top_p: float = typer.Option(EVAL_TOP_P, help="nucleus sampling p"),
+              k: str | None = typer.Option(None, "--k", help="comma-separated k values [default: "
+                                           f"{','.join(map(str, EVAL_KS))}, each at most n]"),
+              max_new_tokens: int = typer.Option(RESPONSE_TOKENS, help="response length limit"),
               max_prompts: int | None = typer.Option(None, help="evaluate at most this many prompts"),
               seed: int = typer.Option(0, help="sampling seed"),
               device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
               save: bool = typer.Option(True, help="write the samples and verdicts back (source policy)"),
-              workers: int | None = typer.Option(None, min=1, help="parallel sandboxes (default: cores)"),
-              timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
-              memory_mb: int = typer.Option(512, help="address-space limit"),
-              sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+              workers: Workers = None,
+              timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
+              memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
+              sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
               threads: Threads = None,
               format: DocumentFormat = DOCUMENT_FORMAT) -> None:
-        """pass@k of a model with the unbiased estimator (paper: n=20, temperature 0.4, top-p 0.95, k=1,10)."""
+        """pass@k of a model with the unbiased estimator (the paper's protocol by default)."""
         from spo_lake.models.backend import TransformersPolicy
         from spo_lake.models.threads import use_threads
         from spo_lake.rl.evaluation import EvalSettings, evaluate_in_lake
@@ -111,7 +116,7 @@ def register(app: typer.Typer) -> None:
         quiet_transformers()
         check_device(device)
         # the default keeps to the samples there are: `--n 4` reports pass@1 and pass@4, not an error
-        ks = parse_ks(k) if k is not None else tuple(sorted({1, max(1, min(10, n))}))
+        ks = parse_ks(k) if k is not None else tuple(sorted({min(k, n) for k in EVAL_KS}))
         settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         lake = open_lake()
