@@ -39,7 +39,7 @@ def print_table(table: Table) -> None:
     if out.is_terminal:
         out.print(table)
     else:
-        sys.stdout.write(markdown_table(table))
+        sys.stdout.write(markdown_table(table) + "\n")  # a blank line ends a Markdown table
         sys.stdout.flush()
 
 

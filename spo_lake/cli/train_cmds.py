@@ -37,6 +37,18 @@ def flag_overrides(**flags) -> list[str]:
     return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
 
 
+def show_config_help(wanted: bool) -> None:
+    """`--help-config`: the config's keys, defaults and meanings, read from the code (docs/config.md has the same)."""
+    if not wanted:
+        return
+    from spo_lake.cli.config_help import config_tables
+    from spo_lake.console import print_table
+
+    for table in config_tables():
+        print_table(table)
+    raise typer.Exit(0)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @user_errors
@@ -55,7 +67,10 @@ def register(app: typer.Typer) -> None:
                                                     "default: the cores this process may use, halved when online "
                                                     "rollouts share them)"),
               resume: str | None = typer.Option(None, help="continue the run in this directory exactly"),
-              quiet: bool = typer.Option(False, help="no live progress display")) -> None:
+              quiet: bool = typer.Option(False, help="no live progress display"),
+              help_config: bool = typer.Option(False, "--help-config", is_eager=True, callback=show_config_help,
+                                               help="list every config key with its default and meaning, and exit")
+              ) -> None:
         """Train with SPO (or PPO) from a pinned lake snapshot mixed with online rollouts, writing them back.
         Under `torchrun --nproc_per_node N` each of the N processes trains on its share of every batch."""
         from spo_lake.rl.config import load_config

@@ -35,7 +35,7 @@ def test_the_demo_summary_table_prints_its_numbers_in_full_to_a_pipe(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "**countdown, 1 seed(s)**"
-    row = done.stdout.splitlines()[-1]
+    row = done.stdout.rstrip().splitlines()[-1]
     assert row.startswith("| SPO half-online | 0.123 ± 0.045 |") and row.count("0.123 ± 0.045") > 1
     assert "…" not in done.stdout
 
