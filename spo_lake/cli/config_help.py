@@ -75,7 +75,8 @@ def field_comments(cls: type) -> dict[str, str]:
         if node.end_lineno in comments:
             out[node.target.id] = comments[node.end_lineno]
             continue
-        above, line = [], node.lineno - 1
+        above: list[str] = []
+        line = node.lineno - 1
         while line in comments and lines[line - 1].lstrip().startswith("#"):
             above.insert(0, comments[line])
             line -= 1
