@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
               k: str | None = typer.Option(None, "--k", help="comma-separated k values [default: "
                                            f"{','.join(map(str, EVAL_KS))}, each at most n]"),
               max_new_tokens: int = typer.Option(RESPONSE_TOKENS, help="response length limit"),
-              max_prompts: int | None = typer.Option(None, help="evaluate at most this many prompts"),
+              max_prompts: int | None = typer.Option(None, min=1, help="evaluate at most this many prompts"),
               seed: int = typer.Option(0, help="sampling seed"),
               device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
               save: bool = typer.Option(True, help="write the samples and verdicts back (source policy)"),

@@ -53,3 +53,13 @@ def test_pipeline_set_names_its_own_option(spolake, tmp_path):
     recipe.write_text("[vars]\nx = 1\n")
     line = one_line_error(spolake("pipeline", "run", recipe, "--set", "x"), "--set expects name=value, got 'x'")
     assert "--map" not in line  # it said `--map expects dst=src`
+
+
+@pytest.mark.parametrize("args", [("prompts", "add", "--dataset", "humaneval", "--limit", "-1"),
+                                  ("prompts", "add", "--dataset", "countdown", "--n", "0"),
+                                  ("eval", "--model", "m", "--max-prompts", "-1")])
+def test_a_count_below_one_is_a_usage_error(spolake, lake_dir, args):
+    """`--limit -1` loaded every problem but the last (a Python slice); `--max-prompts -1` reached DuckDB's LIMIT."""
+    result = spolake(*args)
+    assert result.exit_code == 2 and "greater than or equal to 1" in result.stderr, result.output
+    assert not lake_dir.exists()
