@@ -2,11 +2,15 @@
 is cut to 80 columns there: `0.0…`, `pas…`), and no progress bar writes `\\r` frames into the log."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 SPOLAKE = str(Path(sys.executable).with_name("spolake"))
+# importing the CLI in this process (the in-process fixtures) may have set TQDM_DISABLE here: the subprocesses must
+# set it themselves
+ENV = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
 LONG = "passed " * 30  # 210 characters: a drawn table cuts it at 117, an 80-column one far sooner
 QUERY = (f"SELECT 0.123456789012345 AS mean_pass_at_1_over_every_held_out_prompt, '{LONG.strip()}' AS verdict, "
          "'a|b' AS piped")
@@ -14,7 +18,7 @@ QUERY = (f"SELECT 0.123456789012345 AS mean_pass_at_1_over_every_held_out_prompt
 
 def piped(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """A real `spolake` process whose stdout and stderr are pipes, not terminals."""
-    return subprocess.run([SPOLAKE, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run([SPOLAKE, *args], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=600)
 
 
 def test_a_piped_table_is_markdown_with_every_cell_in_full(tmp_path):
@@ -50,6 +54,6 @@ def test_progress_bars_write_no_frames_to_a_log(filled, tmp_path):
     code = ("import spo_lake.cli.app\n"  # what the spolake entry point imports first
             "from tqdm.auto import tqdm\n"
             "for _ in tqdm(range(200), desc='Converting and de-quantizing GGUF tensors...'): pass\n")
-    foreign = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    foreign = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=600)
     assert foreign.returncode == 0, foreign.stderr
     assert "\r" not in foreign.stderr and "de-quantizing" not in foreign.stderr
