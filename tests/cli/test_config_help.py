@@ -40,3 +40,15 @@ def test_docs_config_md_holds_the_generated_tables():
     generated = text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert generated == markdown().strip(), "docs/config.md is out of date: python -m spo_lake.cli.config_help " \
                                             "docs/config.md"
+
+
+def test_every_written_meaning_names_a_field_that_has_no_comment():
+    """MEANINGS only fills gaps: an entry for a renamed field, or for one that has its own comment now, goes."""
+    from spo_lake.cli.config_help import MEANINGS, field_comments
+    from spo_lake.rl.config import SECTIONS
+
+    classes = {**SECTIONS, "streams": StreamConfig}
+    for entry in MEANINGS:
+        section, name = entry.split(".")
+        assert name in {f.name for f in fields(classes[section])}, entry
+        assert not field_comments(classes[section]).get(name), f"{entry}: the field has its own comment now"
