@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dry_run import parse_args
+
 from spo_lake.lake import Lake
 from spo_lake.lake.appender import BufferedAppender
 
@@ -55,7 +57,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16, help="trajectories per commit (one step's rollouts)")
     parser.add_argument("--window", type=int, default=50, help="commits averaged at each mark")
     parser.add_argument("--no-upkeep", action="store_true", help="baseline: plain appends, no compaction/checkpoints")
-    args = parser.parse_args()
+    args = parse_args(parser, commits=100, window=10)
 
     work = Path(tempfile.mkdtemp(prefix="commits_bench_"))
     try:

@@ -23,24 +23,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dry_run import parse_args
 from train_bench import build  # bench/ is this script's directory, first on sys.path
-
-
-def add_q0_under_identity(root: Path) -> None:
-    """build() records Q0 counts under the model's path, its cached log-probs under its model_identity (what the
-    trainer reads both under): the counts again under the identity, so the run reads the cache instead of a live π0."""
-    from spo_lake.lake import Lake
-    from spo_lake.models.identity import model_identity
-
-    lake = Lake.open(root / "lake")
-    rows = lake.sql(f"SELECT * EXCLUDE (created_at) FROM \"values\" WHERE model_id = '{root / 'model'}'").to_pylist()
-    lake.append("values", [{**r, "model_id": model_identity(str(root / "model"))} for r in rows])
-    lake.snapshot("bench-identity")
 
 
 def train(root: Path, processes: int, run: str, args: argparse.Namespace) -> float:
     """Median step seconds of one `spolake train` with `processes` ranks."""
-    keys = dict(model=str(root / "model"), snapshot="bench-identity", run_dir=str(root / "runs"), run_name=run,
+    keys = dict(model=str(root / "model"), snapshot="bench", run_dir=str(root / "runs"), run_name=run,
                 batch_size=args.batch // processes, steps=args.steps, loss="squared", lr=1e-5, warmup_steps=0,
                 write_back=False, max_response_tokens=4096, threads=args.threads)
     sets = [a for k, v in keys.items() for a in ("--set", f"{k}={json.dumps(v)}")]
@@ -65,11 +54,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="first steps left out of the median")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=0, help="torch threads per process; 0 = the thread policy's")
-    args = parser.parse_args()
+    args = parse_args(parser, hidden=64, layers=1, batch=2, lines=1, steps=2, warmup=0, rounds=1)
 
     root = Path(tempfile.mkdtemp(prefix="ddp-bench-"))
-    build(root, args)
-    add_q0_under_identity(root)
+    build(root, argparse.Namespace(**vars(args), model=None, like=None))  # a random-weight model, as train_bench's default
     seconds: dict[int, list[float]] = {1: [], 2: []}
     for round_ in range(args.rounds):
         for processes in seconds:

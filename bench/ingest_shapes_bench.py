@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from dry_run import parse_args
 
 from bench.lake_bench import prompts_table, synthetic_trajectories
 from spo_lake.ingest import ingest, ingest_prompts
@@ -40,7 +41,7 @@ def fresh_lake(root: Path, name: str, prompts: pa.Table) -> Lake:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100_000)
-    args = ap.parse_args()
+    args = parse_args(ap, rows=300)
     canonical = synthetic_trajectories(args.rows)
     prompts = prompts_table()
     text = dict(zip(prompts["prompt_id"].to_pylist(), prompts["prompt"].to_pylist()))

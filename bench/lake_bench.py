@@ -36,6 +36,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from dry_run import parse_args
 
 from spo_lake.ingest import PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, from_arrow, ingest_trajectories
 from spo_lake.lake import Lake
@@ -148,7 +149,7 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed afterwards)")
     ap.add_argument("--rss-rows", default="", help="comma-separated input sizes for the peak-RSS run, e.g. "
                                                   "125000,1000000,4000000")
-    args = ap.parse_args()
+    args = parse_args(ap, rows=2000, repeats=1, query_repeats=1, rss_rows="")
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="lake_bench_"))
     work.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import torch
+from dry_run import parse_args
 
 
 def before(model: torch.nn.Module, batch) -> torch.Tensor:
@@ -93,7 +94,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--device", default="auto", help="auto (cuda when available) or cpu")
     parser.add_argument("--variant", choices=("before", "after"), help=argparse.SUPPRESS)  # child mode
-    args = parser.parse_args()
+    args = parse_args(parser, tokens=16, vocab=1000, hidden=32, layers=1, device="cpu")
     if args.variant:
         print(json.dumps(run_variant(args)))
         return

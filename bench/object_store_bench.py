@@ -18,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
+from dry_run import parse_args
 from lake_bench import prompts_table, synthetic_trajectories
 
 from spo_lake.ingest import PROMPT_FIELDS, TRAJECTORY_FIELDS, add_prompts, from_arrow, ingest_trajectories
@@ -40,7 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(parser, rows=500, rounds=1)
     table, prompts = synthetic_trajectories(args.rows), prompts_table()
     work = Path(tempfile.mkdtemp(prefix="spolake-s3-bench-"))
     try:

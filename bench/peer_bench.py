@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from dry_run import parse_args  # noqa: E402
 from train_bench import build  # noqa: E402  (the same random-weight model and countdown lake)
 
 VARIANTS = ("spo_sync", "spo_overlap", "grpo")
@@ -108,7 +109,7 @@ def main() -> None:
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--threads", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, batch=4, samples=2, tokens=4, steps=1, warmup=0, interval=1, judge_workers=1, rounds=1)
     if args.variant:
         root = Path(args.root)
         seconds, waits = grpo_step_seconds(root, args) if args.variant == "grpo" else \
@@ -117,11 +118,12 @@ def main() -> None:
         return
 
     root = Path(tempfile.mkdtemp(prefix="peer-bench-"))
-    build(root, argparse.Namespace(hidden=128, layers=4, batch=args.batch, lines=1))
+    build(root, argparse.Namespace(hidden=128, layers=4, batch=args.batch, lines=1, model=None, like=None))
     best: dict[tuple[str, int], tuple[float, float]] = {}  # (median step s, median wait s) of the best round
     loads = []
+    counts = (0,) if args.dry_run else (1, 0)  # torch threads: 1, and the default (0)
     for _ in range(args.rounds):
-        for threads in (1, 0):
+        for threads in counts:
             for variant in VARIANTS:
                 child = subprocess.run([sys.executable, __file__, *sys.argv[1:], "--variant", variant,
                                         "--threads", str(threads), "--root", str(root)], capture_output=True, text=True)
@@ -135,7 +137,7 @@ def main() -> None:
           f"{len(os.sched_getaffinity(0))} cores, load average {min(loads):.1f}-{max(loads):.1f} during the runs")
     print("step seconds (median; SPO: of which waiting for rollouts), and GRPO's step time / SPO's")
     print(f"{'threads':<10}{'spo_sync s':>18}{'spo_overlap s':>18}{'grpo s':>9}{'sync':>8}{'overlap':>9}")
-    for threads in (1, 0):
+    for threads in counts:
         (sync, sync_wait), (overlap, overlap_wait), (grpo, _) = (best[v, threads] for v in VARIANTS)
         print(f"{'1' if threads else 'default':<10}{sync:>8.3f} ({sync_wait:.3f}){overlap:>9.3f} ({overlap_wait:.3f})"
               f"{grpo:>9.3f}{grpo / sync:>7.2f}x{grpo / overlap:>8.2f}x")

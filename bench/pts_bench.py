@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import torch
+from dry_run import parse_args, random_model
 
 from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
@@ -30,6 +31,7 @@ from spo_lake.pipelines.q0 import latest_prompt_values, q0
 from spo_lake.pipelines.sample import select_prompts
 from spo_lake.rollouts.engine import RolloutWorker
 from spo_lake.tasks import Problem, SandboxOptions
+from spo_lake.tasks.countdown import make_problems
 
 
 def successful_trajectories(lake: Lake, model: TransformersPolicy, count: int,
@@ -105,11 +107,15 @@ def main() -> None:
     parser.add_argument("--s0-range", type=float, nargs=2, default=(0.0, 0.8),
                         help="prompts to search by S0 (Phi-4: 0.2 0.8; the default also admits hard prompts)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    args = parser.parse_args()
+    args = parse_args(parser, prompts=2, q0_k=2, trajectories=1, k=2, max_new_tokens=4)
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        if args.model is None:
+        if args.dry_run:
+            prompts, solutions = make_problems(8, seed=7)
+            args.model = random_model(Path(tmp) / "random", [p["prompt"] for p in prompts]
+                                      + [s["response"] for s in solutions])
+        elif args.model is None:
             from spo_lake.models.tiny import build_tiny_model
 
             args.model = str(build_tiny_model(Path(tmp) / "tiny", seed=0))

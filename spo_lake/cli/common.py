@@ -15,12 +15,13 @@ import typer
 
 from spo_lake import __version__
 from spo_lake.cli.output import DOCUMENT_HELP, DocumentFormat
-from spo_lake.console import console
+from spo_lake.console import console, quiet_foreign_bars
 from spo_lake.errors import InputError, UserError
 from spo_lake.lake import Lake
 from spo_lake.tasks import SandboxOptions
 
 DEFAULT_LAKE = "./lake"
+quiet_foreign_bars()  # before any verb imports transformers (and with it tqdm)
 
 
 class State:
@@ -90,6 +91,18 @@ def parse_ks(k: str) -> tuple[int, ...]:
     if not ks or min(ks) < 1:
         raise InputError(f"--k {k!r}: expected comma-separated positive integers such as 1,10")
     return ks
+
+
+def check_device(device: str | None, what: str = "--device") -> None:
+    """A device torch can name (auto, cpu, cuda, cuda:1, ...): a typo fails here as one line, not deep inside torch."""
+    if device in (None, "auto"):
+        return
+    import torch
+
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise InputError(f"{what} {device!r}: not a device; auto, cpu, cuda, cuda:1, ...") from None
 
 
 def parse_map(pairs: list[str] | None) -> dict[str, str]:

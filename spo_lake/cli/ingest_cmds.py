@@ -93,9 +93,9 @@ def register(app: typer.Typer) -> None:
     @user_errors
     def prompts_add(path: str | None = typer.Argument(None, help="prompt records file, or dataset path/name"),
                     dataset: str | None = typer.Option(None, help=f"built-in loader: {', '.join(DATASETS)}"),
-                    n: int | None = typer.Option(None, help="countdown, pyfunc: number of problems"),
+                    n: int | None = typer.Option(None, min=1, help="countdown, pyfunc: number of problems"),
                     seed: int | None = typer.Option(None, help="countdown, pyfunc: generator seed"),
-                    limit: int | None = typer.Option(None, help="load at most this many problems"),
+                    limit: int | None = typer.Option(None, min=1, help="load at most this many problems"),
                     map: list[str] = typer.Option(None, "--map", help="rename input columns: dst=src"),
                     extra: ExtraFields = typer.Option(ExtraFields.metadata, help=EXTRA_HELP),
                     format: DocumentFormat = DOCUMENT_FORMAT) -> None:

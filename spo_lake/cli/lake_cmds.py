@@ -20,6 +20,7 @@ from spo_lake.cli.output import (
     emit_rows,
     show_table,
 )
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake, LakeError, table_names
 from spo_lake.lake.core import DEFAULT_RETENTION_HOURS
 from spo_lake.lake.doctor import diagnose
@@ -157,6 +158,9 @@ def register(app: typer.Typer) -> None:
                                                     "go at once; writes in flight are always kept)"),
                dry_run: bool = typer.Option(False)) -> None:
         """Delete files that no snapshot and no version younger than the retention window references."""
+        for option, hours in (("--retention-hours", retention_hours), ("--orphan-age-hours", orphan_age_hours)):
+            if hours < 0:
+                raise InputError(f"{option} {hours}: must be 0 or more")
         lake = open_lake()
         if retention_hours < DEFAULT_RETENTION_HOURS:
             console.print(f"[bold red]warning:[/] --retention-hours {retention_hours} deletes files of versions "

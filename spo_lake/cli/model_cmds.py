@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from spo_lake.cli.common import RunOptions, console, open_lake, run_options, user_errors
+from spo_lake.cli.common import RunOptions, check_device, console, open_lake, run_options, user_errors
 from spo_lake.cli.output import DOCUMENT_FORMAT, DocumentFormat, emit_json, show_report
 from spo_lake.errors import InputError
 
@@ -25,6 +25,7 @@ def load_model(model: str, device: str | None, backend: str = "auto", model_id: 
     from spo_lake.models.identity import resolve_model
 
     resolve_model(model)  # a misspelt local path fails here, before torch is even imported
+    check_device(device)
     from transformers.utils import logging as transformers_logging
 
     from spo_lake.models import load_policy
@@ -40,6 +41,17 @@ def read_template(path: str | None) -> str | None:
     if not Path(path).is_file():
         raise FileNotFoundError(f"--template {path}: no such file")
     return Path(path).read_text()
+
+
+def _recorded_hash(built: Path) -> str | None:
+    """The configuration hash a finished tiny build recorded; a damaged record is the user's to clear."""
+    import json
+
+    try:
+        info = json.loads(built.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{built}: not a tiny-model record ({exc}); delete the directory to rebuild") from None
+    return info.get("config_hash") if isinstance(info, dict) else None
 
 
 def register(app: typer.Typer) -> None:
@@ -67,7 +79,7 @@ def register(app: typer.Typer) -> None:
         wanted = TinyConfig(seed=seed, style=style, **mix)
         wanted = replace(wanted, steps=steps) if steps is not None else wanted
         built = Path(out) / "tiny_config.json"  # written last: a finished build
-        if built.is_file() and json.loads(built.read_text()).get("config_hash") == wanted.hash():
+        if built.is_file() and _recorded_hash(built) == wanted.hash():
             console.print(f"{out}: already built with this configuration, kept (delete it to rebuild)")
             return
         path = build_tiny_model(out, seed=seed, steps=steps, style=style, threads=threads, **mix)

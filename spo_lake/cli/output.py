@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeAlias
 import pyarrow as pa
 import typer
 
-from spo_lake.console import console
+from spo_lake.console import console, print_table
 from spo_lake.errors import InputError
 
 DocumentFormat = Literal["table", "json"]
@@ -116,19 +116,21 @@ def _flat_value(v: Any) -> Any:
 
 
 def show_table(t: pa.Table, title: str | None = None, limit: int = 50) -> None:
+    """The first `limit` rows as a table for people: drawn on a terminal (long cells cut), Markdown elsewhere."""
     from rich.console import Console
     from rich.table import Table
 
+    terminal = Console().is_terminal
     out = Table(title=title, show_lines=False)
     for name in t.column_names:
         out.add_column(name, overflow="fold")
     for row in t.slice(0, limit).to_pylist():
-        out.add_row(*[_cell(v) for v in row.values()])
-    Console().print(out)
+        out.add_row(*[_cell(v, cut=terminal) for v in row.values()])
+    print_table(out)
     if t.num_rows > limit:
         console.print(f"[dim]… {t.num_rows - limit} more rows (use --format csv or --out)[/dim]")
 
 
-def _cell(v: object) -> str:
+def _cell(v: object, cut: bool) -> str:
     s = "∅" if v is None else str(v)
-    return s if len(s) <= 120 else s[:117] + "…"
+    return s if len(s) <= 120 or not cut else s[:117] + "…"

@@ -44,10 +44,10 @@ def pipeline_run(recipe: str = typer.Argument(..., help="recipe TOML (see pipeli
                  set_: list[str] = typer.Option(None, "--set", help="override a [vars] entry: name=value"),
                  format: DocumentFormat = DOCUMENT_FORMAT) -> None:
     """Run a recipe's steps in order; each is incremental, so a re-run continues where a crash stopped."""
-    from spo_lake.cli.common import parse_map
+    from spo_lake.cli.common import parse_pairs
     from spo_lake.pipelines.recipe import load_recipe, run_recipe
 
-    loaded = load_recipe(recipe, parse_map(set_))
+    loaded = load_recipe(recipe, parse_pairs(set_, "--set", "name=value"))
     done = run_recipe(loaded, open_lake(create=True), log=console.print)
     if format == "json":
         emit_json(done)

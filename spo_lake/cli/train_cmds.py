@@ -7,8 +7,13 @@ from contextlib import nullcontext
 import typer
 
 from spo_lake.cli.common import (
-    SANDBOX_HELP,
+    SANDBOX_DEFAULTS,
+    MemoryMb,
+    Sandbox,
     Threads,
+    TimeoutS,
+    Workers,
+    check_device,
     console,
     open_lake,
     parse_ks,
@@ -17,6 +22,7 @@ from spo_lake.cli.common import (
 )
 from spo_lake.cli.output import DOCUMENT_FORMAT, DocumentFormat, emit_json
 from spo_lake.errors import InputError
+from spo_lake.scores import EVAL_KS, EVAL_N, EVAL_TEMPERATURE, EVAL_TOP_P, RESPONSE_TOKENS
 
 
 def quiet_transformers() -> None:
@@ -29,6 +35,18 @@ def quiet_transformers() -> None:
 def flag_overrides(**flags) -> list[str]:
     """Explicit options as `key=value` overrides (strings JSON-quoted, which is valid TOML)."""
     return [f"{key}={json.dumps(value)}" for key, value in flags.items() if value is not None]
+
+
+def show_config_help(wanted: bool) -> None:
+    """`--help-config`: the config's keys, defaults and meanings, read from the code (docs/config.md has the same)."""
+    if not wanted:
+        return
+    from spo_lake.cli.config_help import config_tables
+    from spo_lake.console import print_table
+
+    for table in config_tables():
+        print_table(table)
+    raise typer.Exit(0)
 
 
 def register(app: typer.Typer) -> None:
@@ -49,7 +67,10 @@ def register(app: typer.Typer) -> None:
                                                     "default: the cores this process may use, halved when online "
                                                     "rollouts share them)"),
               resume: str | None = typer.Option(None, help="continue the run in this directory exactly"),
-              quiet: bool = typer.Option(False, help="no live progress display")) -> None:
+              quiet: bool = typer.Option(False, help="no live progress display"),
+              help_config: bool = typer.Option(False, "--help-config", is_eager=True, callback=show_config_help,
+                                               help="list every config key with its default and meaning, and exit")
+              ) -> None:
         """Train with SPO (or PPO) from a pinned lake snapshot mixed with online rollouts, writing them back.
         Under `torchrun --nproc_per_node N` each of the N processes trains on its share of every batch."""
         from spo_lake.rl.config import load_config
@@ -60,18 +81,18 @@ def register(app: typer.Typer) -> None:
         overrides = flag_overrides(model=model, algorithm=algorithm, steps=steps, seed=seed, snapshot=snapshot,
                                    run_dir=run_dir, run_name=run_name, device=device,
                                    threads=threads) + list(set_ or [])
-        if resume and config:
-            raise ValueError("--resume continues the run's recorded config; drop --config (use --set to change keys)")
+        if resume and config:  # before the lake opens: a usage error costs nothing
+            raise InputError("--resume continues the run's recorded config; drop --config (use --set to change keys)")
+        check_device(device)
         lake = open_lake()
         with process_group() as world:
             with console.status("setting up the run") if world.main else nullcontext():
                 if resume:
-                    if config:
-                        raise InputError("--resume continues the run's recorded config; drop --config "
-                                         "(use --set to change keys)")
                     trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet)
                 else:
-                    trainer = Trainer(load_config(config, overrides), lake, show_progress=not quiet)
+                    run_config = load_config(config, overrides)
+                    check_device(run_config.run.device, f"{config or 'config'}: device")
+                    trainer = Trainer(run_config, lake, show_progress=not quiet)
             say = console.print if world.main else (lambda *_: None)  # one process speaks for the run
             say(f"run {trainer.run_id}: snapshot {trainer.snapshot}, from step {trainer.step}, "
                 f"directory {trainer.run_dir}")
@@ -85,31 +106,32 @@ def register(app: typer.Typer) -> None:
     def eval_(model: str = typer.Option(..., help="model directory or hub name (a checkpoint works)"),
               where: str | None = typer.Option(None, help="SQL filter over prompts p"),
               snapshot: str | None = typer.Option(None, help="read prompts at this snapshot"),
-              n: int = typer.Option(20, "--n", help="samples per prompt"),
-              temperature: float = typer.Option(0.4, help="sampling temperature"),
-              top_p: float = typer.Option(0.95, help="nucleus sampling p"),
-              k: str | None = typer.Option(None, "--k", help="comma-separated k values [default: 1,10; 1,n when n < "
-                                           "10]"),
-              max_new_tokens: int = typer.Option(512, help="response length limit"),
-              max_prompts: int | None = typer.Option(None, help="evaluate at most this many prompts"),
+              n: int = typer.Option(EVAL_N, "--n", help="samples per prompt"),
+              temperature: float = typer.Option(EVAL_TEMPERATURE, help="sampling temperature"),
+              top_p: float = typer.Option(EVAL_TOP_P, help="nucleus sampling p"),
+              k: str | None = typer.Option(None, "--k", help="comma-separated k values [default: "
+                                           f"{','.join(map(str, EVAL_KS))}, each at most n]"),
+              max_new_tokens: int = typer.Option(RESPONSE_TOKENS, help="response length limit"),
+              max_prompts: int | None = typer.Option(None, min=1, help="evaluate at most this many prompts"),
               seed: int = typer.Option(0, help="sampling seed"),
               device: str = typer.Option("auto", help="auto, cpu, cuda, ..."),
               save: bool = typer.Option(True, help="write the samples and verdicts back (source policy)"),
-              workers: int | None = typer.Option(None, min=1, help="parallel sandboxes (default: cores)"),
-              timeout_s: float = typer.Option(5.0, help="wall-clock limit per test"),
-              memory_mb: int = typer.Option(512, help="address-space limit"),
-              sandbox: str = typer.Option("bwrap", help=SANDBOX_HELP),
+              workers: Workers = None,
+              timeout_s: TimeoutS = SANDBOX_DEFAULTS.timeout_s,
+              memory_mb: MemoryMb = SANDBOX_DEFAULTS.memory_mb,
+              sandbox: Sandbox = SANDBOX_DEFAULTS.mode,
               threads: Threads = None,
               format: DocumentFormat = DOCUMENT_FORMAT) -> None:
-        """pass@k of a model with the unbiased estimator (paper: n=20, temperature 0.4, top-p 0.95, k=1,10)."""
+        """pass@k of a model with the unbiased estimator (the paper's protocol by default)."""
         from spo_lake.models.backend import TransformersPolicy
         from spo_lake.models.threads import use_threads
         from spo_lake.rl.evaluation import EvalSettings, evaluate_in_lake
         from spo_lake.rl.trainer import resolve_device
 
         quiet_transformers()
+        check_device(device)
         # the default keeps to the samples there are: `--n 4` reports pass@1 and pass@4, not an error
-        ks = parse_ks(k) if k is not None else tuple(sorted({1, max(1, min(10, n))}))
+        ks = parse_ks(k) if k is not None else tuple(sorted({min(k, n) for k in EVAL_KS}))
         settings = EvalSettings(n, temperature, top_p, ks, max_new_tokens, seed)
         options = sandbox_options(timeout_s, memory_mb, sandbox)
         lake = open_lake()

@@ -238,15 +238,16 @@ def table_rows(out: Path, seeds: list[dict[str, Any]]) -> list[list[str]]:
 
 
 def print_table(rows: list[list[str]], title: str) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from spo_lake.console import print_table as show
 
     table = Table(title=title)
     for c in COLUMNS:
         table.add_column(c, justify="left" if c == "method" else "right")
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    show(table)  # drawn on a terminal, Markdown with every number in full in a log
 
 
 # ---------------------------------------------------------------------------------------------- plots

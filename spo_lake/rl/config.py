@@ -31,7 +31,8 @@ from typing import Any
 from spo_lake.errors import InputError
 from spo_lake.rl.grpo_math import LOSS_TYPES, SCALE_REWARDS
 from spo_lake.rl.losses import LOSSES, OBJECTIVES
-from spo_lake.scores import PAPER_BETA
+from spo_lake.scores import EVAL_KS, EVAL_N, EVAL_TEMPERATURE, EVAL_TOP_P, PAPER_BETA, RESPONSE_TOKENS
+from spo_lake.tasks import SandboxOptions
 
 ALGORITHMS = ("spo", "ppo", "grpo")
 STREAM_KINDS = ("online", "lake")
@@ -129,14 +130,14 @@ class RolloutConfig:
     temperature_min: float = 0.1  # rollout temperature ~ U(min, max), one draw per step
     temperature_max: float = 0.8
     top_p: float = 0.95
-    max_new_tokens: int = 512  # evaluation samples and GRPO's dr_grpo normaliser use it too
+    max_new_tokens: int = RESPONSE_TOKENS  # evaluation samples and GRPO's dr_grpo normaliser use it too
     stop: list[str] = field(default_factory=list)
     write_back: bool = True  # append online rollouts and their verdicts to the lake
     flush_rows: int = 512
     # the sandbox that judges rollouts (and evaluation samples)
-    sandbox_mode: str = "bwrap"
-    sandbox_timeout_s: float = 5.0
-    sandbox_memory_mb: int = 512
+    sandbox_mode: str = SandboxOptions.mode
+    sandbox_timeout_s: float = SandboxOptions.timeout_s
+    sandbox_memory_mb: int = SandboxOptions.memory_mb
     judge_workers: int = 2
     backend: str = _key("rollout_backend", "transformers")  # what samples the online rollouts: transformers | vllm
     # where the rollout policy samples and judges: local = a thread of the trainer process; ray = a Ray actor that is
@@ -176,10 +177,10 @@ class EvalConfig:
     where: str = _key("eval_where", "")  # SQL over `prompts`: held-out prompts (also evaluated at step 0: π0's own)
     train_where: str = _key("eval_train_where", "")  # SQL over `prompts`: training prompts (logged as train/pass@k)
     max_prompts: int = _key("eval_max_prompts", 100)
-    n: int = _key("eval_n", 20)
-    k: list[int] = _key("eval_k", factory=lambda: [1, 10])
-    temperature: float = _key("eval_temperature", 0.4)
-    top_p: float = _key("eval_top_p", 0.95)
+    n: int = _key("eval_n", EVAL_N)
+    k: list[int] = _key("eval_k", factory=lambda: list(EVAL_KS))
+    temperature: float = _key("eval_temperature", EVAL_TEMPERATURE)
+    top_p: float = _key("eval_top_p", EVAL_TOP_P)
 
 
 @dataclass

@@ -20,17 +20,17 @@ from spo_lake.models.backend import PolicyBackend
 from spo_lake.models.tokens import render_prompt, tokenizer_id
 from spo_lake.rollouts.engine import Call, Rollout
 from spo_lake.rollouts.executors import LocalExecutor
-from spo_lake.scores import mean_pass_at_k
+from spo_lake.scores import EVAL_KS, EVAL_N, EVAL_TEMPERATURE, EVAL_TOP_P, RESPONSE_TOKENS, mean_pass_at_k
 from spo_lake.tasks import Problem, SandboxOptions
 
 
 @dataclass(frozen=True)
 class EvalSettings:
-    n: int = 20
-    temperature: float = 0.4
-    top_p: float = 0.95
-    ks: tuple[int, ...] = (1, 10)
-    max_new_tokens: int = 512
+    n: int = EVAL_N
+    temperature: float = EVAL_TEMPERATURE
+    top_p: float = EVAL_TOP_P
+    ks: tuple[int, ...] = EVAL_KS
+    max_new_tokens: int = RESPONSE_TOKENS
     seed: int = 0
     batch_prompts: int = 8  # prompts per sampling call (× n sequences)
 

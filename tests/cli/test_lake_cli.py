@@ -12,8 +12,9 @@ from spo_lake.lake import Lake, table_names
 
 
 def cells(stdout: str) -> list[list[str]]:
-    """The rows of the rich tables printed on stdout, as stripped cell texts."""
-    return [[c.strip() for c in line.split("│")[1:-1]] for line in stdout.splitlines() if line.startswith("│")]
+    """The rows of the tables printed on stdout (Markdown: stdout is not a terminal), as stripped cell texts."""
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| ---")]
 
 
 def test_init_is_idempotent(spolake, lake_dir):
