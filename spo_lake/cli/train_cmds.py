@@ -49,6 +49,9 @@ def register(app: typer.Typer) -> None:
                                                     "default: the cores this process may use, halved when online "
                                                     "rollouts share them)"),
               resume: str | None = typer.Option(None, help="continue the run in this directory exactly"),
+              trust_pickles: bool = typer.Option(False, help="let --resume load the pickled .pt state files of run "
+                                                 "directories written before 2026-11-29 (unpickling can run code: "
+                                                 "only for directories you trust; docs/security.md)"),
               quiet: bool = typer.Option(False, help="no live progress display")) -> None:
         """Train with SPO (or PPO) from a pinned lake snapshot mixed with online rollouts, writing them back.
         Under `torchrun --nproc_per_node N` each of the N processes trains on its share of every batch."""
@@ -69,7 +72,8 @@ def register(app: typer.Typer) -> None:
                     if config:
                         raise InputError("--resume continues the run's recorded config; drop --config "
                                          "(use --set to change keys)")
-                    trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet)
+                    trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet,
+                                             trust_pickles=trust_pickles)
                 else:
                     trainer = Trainer(load_config(config, overrides), lake, show_progress=not quiet)
             say = console.print if world.main else (lambda *_: None)  # one process speaks for the run
