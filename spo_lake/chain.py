@@ -82,6 +82,12 @@ def load_chain(path: str | Path, overrides: list[str] | None = None, *, name: st
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: invalid TOML: {exc}") from None
     chain = raw.pop("chain", {})
+    chain_name = name or (chain.get("name", "chain") if isinstance(chain, dict) else "chain")
+    if not isinstance(chain_name, str) or not NAME.fullmatch(chain_name):
+        raise InputError(f"{path}: field chain.name: {str(chain_name)[:100]!r} is not a name (letters, digits, '.', "
+                         "'_', '-': it becomes a directory and a snapshot name)")
+    if isinstance(chain, dict) and not isinstance(chain.get("dir", "chains"), str):
+        raise InputError(f"{path}: field chain.dir: expected a string")
     try:
         if not isinstance(chain, dict):
             raise InputError("config: `chain` must be a table ([chain])")
@@ -94,12 +100,6 @@ def load_chain(path: str | Path, overrides: list[str] | None = None, *, name: st
         config = config_from_dict(apply_overrides(raw, overrides or []))
     except ValueError as exc:
         raise InputError(located_error(path, text, str(exc))) from None
-    chain_name = name or chain.get("name", "chain")
-    if not isinstance(chain_name, str) or not NAME.fullmatch(chain_name):
-        raise InputError(f"{path}: field chain.name: {chain_name!r} is not a name (letters, digits, '.', '_', '-'; "
-                         "it becomes a directory and snapshot name)")
-    if not isinstance(chain.get("dir", "chains"), str):
-        raise InputError(f"{path}: field chain.dir: expected a string")
     return ChainSpec(chain_name, Path(chain.get("dir", "chains")).resolve(), config.to_dict(), between,
                      from_previous_checkpoint)
 
