@@ -34,6 +34,9 @@ def generate(root: Path, s: float) -> None:
     (root / "small.jsonl").write_text("".join(
         json.dumps({"prompt_id": f"p{i}", "response": "x = 1"}) + "\n" for i in range(100)))
     pq.write_table(pa.table({"prompt_id": ["p1"], "response": ["x" * int(300e6 * s)]}), root / "cell.parquet")
+    hidden = ["x = 1"] * 9_999 + ["x" * int(300e6 * s)]  # a row group whose average cell is small
+    pq.write_table(pa.table({"prompt_id": ["p1"] * 10_000, "response": hidden}), root / "hidden.parquet")
+    del hidden
     with (root / "field.csv").open("w") as fh:
         fh.write('prompt_id,response\np1,"')
         for _ in range(int(350 * s)):
@@ -74,6 +77,7 @@ def main() -> None:
     print("| input | size | ingest says | peak RSS (MiB) | seconds |\n|---|---|---|---|---|")
     for name, file, size in [("baseline: 100 small JSONL rows", "small.jsonl", "4 KB"),
                              ("one Parquet string cell", "cell.parquet", f"{300 * s:g} MB cell"),
+                             ("the same cell among 9,999 small rows", "hidden.parquet", f"{300 * s:g} MB cell"),
                              ("one CSV field", "field.csv", f"{350 * s:g} MB field"),
                              ("one-row Parquet, many columns", "wide.parquet", f"{int(100_000 * s) + 2} columns")]:
         said, rss, seconds = ingest(lake, root / file, env)

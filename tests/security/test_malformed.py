@@ -126,3 +126,14 @@ def test_an_errored_prime_rl_episode_without_message_nodes_is_counted_and_skippe
     assert result.exit_code == 0, result.stderr
     summary = json.loads(result.stdout.splitlines()[0])
     assert (summary["new"], summary["skipped"]) == (3, 2)  # the fixture's own skip, and this one
+
+
+@pytest.mark.parametrize(("line", "fragment"), [("seed = 99999999999999999999999999", "seed"),
+                                                ("steps = -99999999999999999999999999", "steps"),
+                                                ("lr = inf", "lr"), ("top_p = nan", "top_p")])
+def test_out_of_range_numbers_in_a_config_are_one_line(filled, world, line, fragment):
+    config = world.tmp / "run.toml"
+    config.write_text(f'model = "m"\n{line}\n')
+    before = world.snapshot()
+    one_line_error(filled("train", "--config", config), "run.toml:line 2", fragment)
+    world.contained(before)

@@ -75,4 +75,4 @@ def test_the_rss_probe_runs_small(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line for line in out.stdout.splitlines() if line.startswith("|")]
-    assert len(rows) == 2 + 4 and "accepted" in rows[2] and all("refused" in r for r in rows[3:]), out.stdout
+    assert len(rows) == 2 + 5 and "accepted" in rows[2] and all("refused" in r for r in rows[3:]), out.stdout
