@@ -127,3 +127,29 @@ def test_checkpoint_pruning_never_follows_a_symlinked_checkpoint(world):
     rundir._remove_dir(directory / "checkpoints" / "step-0000000")  # what pruning does with such an entry
     world.contained(before)
     assert not (directory / "checkpoints" / "step-0000000").is_symlink()
+
+
+def test_an_old_pickled_run_resumes_only_with_trust_pickles_and_then_checkpoints_safely(world, fast_model_dir):
+    """A real run directory as written before 2026-11-29 (pickled trainer_state.pt), carrying a payload."""
+    from spo_lake.models.backend import TransformersPolicy
+    from spo_lake.rl.config import load_config
+    from tests.rl.test_trainer import base_lake, config_lines
+
+    lake = base_lake(world.tmp / "trainer-lake", TransformersPolicy.from_pretrained(str(fast_model_dir)))
+    lines = config_lines(str(fast_model_dir), world.tmp / "runs", steps=1, checkpoint_every=1) + ['run_name="old"']
+    Trainer(load_config(None, lines), lake, show_progress=False).train()
+    run = world.tmp / "runs" / "old"
+    (checkpoint,) = rundir.checkpoint_dirs(run)
+    state = rundir.load_state(checkpoint, "trainer_state")
+    for f in checkpoint.glob("trainer_state.*"):
+        f.unlink()
+    torch.save({**state, "payload": Payload(world.marker)}, checkpoint / "trainer_state.pt")
+    with pytest.raises(InputError, match="--trust-pickles"):
+        Trainer.resume(run, lake, ["steps=2"], show_progress=False)
+    assert not world.marker.exists()
+    resumed = Trainer.resume(run, lake, ["steps=2"], show_progress=False, trust_pickles=True)
+    assert world.marker.exists() and resumed.step == 1  # the flag is what opened it
+    resumed.train()
+    newest = rundir.checkpoint_dirs(run)[-1]
+    assert newest.name == "step-0000002" and (newest / "trainer_state.json").exists()
+    assert not list(newest.glob("*.pt"))
