@@ -152,6 +152,7 @@ class Lake:
         """Create the lake (idempotent): every table of `schemas/` plus the snapshot registry. Never over existing
         data: a table whose log is lost, or a registry missing next to other tables, is a LakeError."""
         lake = cls.locate(path, storage_options)
+        lake._refuse_links()
         if not _is_uri(lake.root):
             if Path(lake.root).is_file():
                 raise LakeError(f"{lake.root}: a file is there; a lake is a directory")
