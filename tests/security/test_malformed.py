@@ -137,3 +137,14 @@ def test_out_of_range_numbers_in_a_config_are_one_line(filled, world, line, frag
     before = world.snapshot()
     one_line_error(filled("train", "--config", config), "run.toml:line 2", fragment)
     world.contained(before)
+
+
+@pytest.mark.parametrize("tests", [deep(100000), "[1, 2]", "{not json", '"text"'])
+def test_a_lake_prompt_whose_tests_are_not_a_json_object_is_one_line(tests):
+    """A copied lake bypasses ingest: what the judge reads from it is checked again."""
+    from spo_lake.errors import InputError
+    from spo_lake.tasks.base import Problem
+
+    with pytest.raises(InputError) as refused:
+        Problem.from_row({"prompt_id": "p1", "task": "pyfunc", "prompt": "q", "tests": tests})
+    assert str(refused.value) == "prompt 'p1': field 'tests': not a JSON object"
