@@ -148,3 +148,26 @@ def test_a_lake_prompt_whose_tests_are_not_a_json_object_is_one_line(tests):
     with pytest.raises(InputError) as refused:
         Problem.from_row({"prompt_id": "p1", "task": "pyfunc", "prompt": "q", "tests": tests})
     assert str(refused.value) == "prompt 'p1': field 'tests': not a JSON object"
+
+
+@pytest.mark.parametrize(("record", "fragment"), [
+    ({"temperature": 10**23}, "field 'temperature': expected a number"),
+    ({"logprobs": [-1, 10**23]}, "at index 1"),
+])
+def test_numbers_arrow_cannot_hold_are_one_line(filled, world, record, fragment):
+    path = world.tmp / "big.jsonl"
+    path.write_text(json.dumps({"prompt_id": "p1", "response": "r", **record}) + "\n")
+    before = world.snapshot()
+    one_line_error(filled("ingest", path), "big.jsonl:line 1", fragment)
+    world.contained(before)
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (("snapshot", "create", "a\udcff"), "--name"), (("sql", "SELECT '\udcff'"), "--query"),
+    (("ingest", "t.jsonl", "--run-id", "r\udcff"), "--run-id"),
+])
+def test_command_line_bytes_that_are_not_utf8_are_one_line(filled, world, args, option):
+    """What the shell passes as undecodable bytes arrives as lone surrogates."""
+    before = world.snapshot()
+    one_line_error(filled(*args), f"{option}: not valid UTF-8 text")
+    world.contained(before)
