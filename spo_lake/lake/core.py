@@ -187,6 +187,8 @@ class Lake:
                 if path.is_symlink():
                     raise LakeError(f"{path}: is a symlink; a lake holds only its own files (refused, nothing "
                                     "changed; `spolake doctor` lists such entries)")
+        for table in [SNAPSHOTS, *table_names()]:
+            _plain_log(self.uri(table))
 
     def _is_table(self, table: str) -> bool:
         return DeltaTable.is_deltatable(self.uri(table), self.storage_options)
@@ -252,9 +254,8 @@ class Lake:
         """The deltalake DeltaTable of `table` at `version` (latest when None). Every data file of that version must
         lie inside the table's directory (docs/security.md): a log naming one outside is a LakeError."""
         local = None if _is_uri(self.root) else self.uri(table)
-        if local is not None and (os.path.islink(local) or os.path.islink(os.path.join(local, "_delta_log"))):
-            raise LakeError(f"{local}: the table directory or its _delta_log is a symlink; a lake holds only its own "
-                            "files (refused; run `spolake doctor`)")
+        if local is not None:
+            _plain_log(local)
         try:
             dt = DeltaTable(self.uri(table), version=version, storage_options=self.storage_options)
         except TableNotFoundError:
@@ -711,6 +712,22 @@ class Lake:
                     gone |= set(dt.vacuum(retention_hours=age, full=True, **common))
                 out[t] = sorted(gone | {p.split("/", 1)[1] for p in killed if p.startswith(f"{t}/")})
         return out
+
+
+def _plain_log(table_dir: str) -> None:
+    """A local table's directory and Delta log are real directories holding only files and directories: delta-rs
+    opens every log entry, and a FIFO there blocks forever, a symlink reads outside the lake."""
+    log = os.path.join(table_dir, "_delta_log")
+    if os.path.islink(table_dir) or os.path.islink(log):
+        raise LakeError(f"{table_dir}: the table directory or its _delta_log is a symlink; a lake holds only its own "
+                        "files (refused; run `spolake doctor`)")
+    if not os.path.isdir(log):
+        return
+    with os.scandir(log) as entries:  # d_type only: no stat per entry
+        odd = next((e.name for e in entries if not (e.is_file(follow_symlinks=False)
+                                                    or e.is_dir(follow_symlinks=False))), None)
+    if odd is not None:
+        raise LakeError(f"{log}/{odd}: a symlink or special file in a Delta log (refused; run `spolake doctor`)")
 
 
 def _pinned_versions(row: dict[str, Any]) -> dict[str, int]:

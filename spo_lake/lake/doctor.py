@@ -151,13 +151,13 @@ def require_intact(lake: Examined, versions: dict[str, int]) -> None:
 def diagnose(lake: Examined, tables: list[str]) -> list[Finding]:
     """Every problem of every table, its pinned versions and the snapshot registry; one Finding each."""
     store = Store(lake.root, lake.storage_options)
-    present = [t for t in tables if t != SNAPSHOTS and DeltaTable.is_deltatable(lake.uri(t), lake.storage_options)]
     problems: list[Finding] = [
         Finding(entry, "a symlink or special file: a lake holds only directories and regular files; nothing reads, "
                        "writes or deletes through it (remove it by hand after checking where it leads)")
         for entry in ([] if "://" in lake.root else foreign_entries(lake.root))]
     if problems:
         return problems  # examining (or repairing) further would read and write through them
+    present = [t for t in tables if t != SNAPSHOTS and DeltaTable.is_deltatable(lake.uri(t), lake.storage_options)]
     for t in [SNAPSHOTS, *tables]:
         problems += [Finding(entry, f"names data file {path!r}, {why}: refused by every reader, vacuum and "
                                     "compaction (restore the table from a backup)")

@@ -101,3 +101,17 @@ def test_a_fifo_named_by_the_log_is_refused_without_opening_it(filled, world):
     one_line_error(filled("sql", "SELECT count(*) FROM trajectories"), "not a regular file")
     one_line_error(filled("vacuum"), "special file")
     world.contained(before)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_a_fifo_or_symlink_in_a_delta_log_is_refused_without_opening_it(filled, world, kind):
+    entry = world.lake / "trajectories" / "_delta_log" / f"{9:020d}.json"
+    if kind == "fifo":
+        os.mkfifo(entry)
+    else:
+        os.symlink(world.outside / "victim" / "keep.txt", entry)
+    before = world.snapshot()
+    for verb in [("sql", "SELECT count(*) FROM trajectories"), ("stats",), ("vacuum",)]:
+        one_line_error(filled(*verb), "_delta_log/00000000000000000009.json")
+    world.contained(before)
+    assert "00000000000000000009.json (a" in filled("doctor").stdout
