@@ -25,6 +25,7 @@ run's snapshot is not pinned yet (they are incremental, so a repeat adds only wh
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,8 @@ from spo_lake.rl.config import apply_overrides, config_from_dict, located_error
 from spo_lake.rl.run import checkpoint_dirs, write_json_atomic
 
 CHAIN_KEYS = ("name", "dir", "between")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # a chain name is one path part (and a snapshot name's start)
+STATUSES = ("pending", "pinned", "finished")
 
 
 class RunFailed(UserError):
@@ -69,6 +72,8 @@ def load_chain(path: str | Path, overrides: list[str] | None = None, *, name: st
                from_previous_checkpoint: bool = False) -> ChainSpec:
     """Read a run config with its `[chain]` table; errors name the file and line."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise InputError(f"config file {path}: not a regular file")
     try:
         text = path.read_text()
         raw = tomllib.loads(text)
@@ -77,6 +82,12 @@ def load_chain(path: str | Path, overrides: list[str] | None = None, *, name: st
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: invalid TOML: {exc}") from None
     chain = raw.pop("chain", {})
+    chain_name = name or (chain.get("name", "chain") if isinstance(chain, dict) else "chain")
+    if not isinstance(chain_name, str) or not NAME.fullmatch(chain_name):
+        raise InputError(f"{path}: field chain.name: {str(chain_name)[:100]!r} is not a name (letters, digits, '.', "
+                         "'_', '-': it becomes a directory and a snapshot name)")
+    if isinstance(chain, dict) and not isinstance(chain.get("dir", "chains"), str):
+        raise InputError(f"{path}: field chain.dir: expected a string")
     try:
         if not isinstance(chain, dict):
             raise InputError("config: `chain` must be a table ([chain])")
@@ -89,8 +100,8 @@ def load_chain(path: str | Path, overrides: list[str] | None = None, *, name: st
         config = config_from_dict(apply_overrides(raw, overrides or []))
     except ValueError as exc:
         raise InputError(located_error(path, text, str(exc))) from None
-    return ChainSpec(name or chain.get("name", "chain"), Path(chain.get("dir", "chains")).resolve(),
-                     config.to_dict(), between, from_previous_checkpoint)
+    return ChainSpec(chain_name, Path(chain.get("dir", "chains")).resolve(), config.to_dict(), between,
+                     from_previous_checkpoint)
 
 
 def _check_step(step: Any, i: int) -> None:
@@ -120,14 +131,42 @@ def _manifest(spec: ChainSpec, lake: Lake) -> dict[str, Any]:
     path = spec.root / "manifest.json"
     settings = {"chain": spec.name, "lake": lake.root, "base_config": spec.base, "between": spec.between,
                 "from_previous_checkpoint": spec.from_previous_checkpoint}
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return {**settings, "runs": []}
-    manifest = json.loads(path.read_text())
+    for part in (spec.root, path, spec.root / "runs", spec.root / "configs"):
+        if part.is_symlink():
+            raise InputError(f"{part}: is a symlink; a chain directory holds only its own files (refused)")
+    try:
+        manifest = json.loads(path.read_text())
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: not a chain manifest ({str(exc).splitlines()[0][:200]})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("runs"), list):
+        raise InputError(f"{path}: field `runs`: expected a JSON object with a list of runs")
+    for i, entry in enumerate(manifest["runs"]):
+        _check_entry(spec, path, i, entry)
     changed = [key for key, value in settings.items() if json.loads(json.dumps(value)) != manifest.get(key)]
     if changed:
         raise InputError(f"{path}: chain {spec.name!r} was started with different {', '.join(changed)}; "
                          f"give the chain another name (--name) to start a new one")
     return manifest
+
+
+def _check_entry(spec: ChainSpec, path: Path, i: int, entry: Any) -> None:
+    """A manifest's run entry must be the one this chain writes: its run id and directory are the chain's own
+    (`run_id = "../../x"` would make `--resume` and the clean-up of a killed run reach outside the chain)."""
+    where = f"{path}: runs[{i}]"
+    if not isinstance(entry, dict) or entry.get("run") != i + 1:
+        raise InputError(f"{where}: field `run`: expected {i + 1}")
+    if entry.get("run_id") != spec.run_name(i + 1):
+        raise InputError(f"{where}: field `run_id`: expected {spec.run_name(i + 1)!r}, got {entry.get('run_id')!r}")
+    if entry.get("status") not in STATUSES:
+        raise InputError(f"{where}: field `status`: expected one of {', '.join(STATUSES)}")
+    runs = (spec.root / "runs" / spec.run_name(i + 1)).resolve()
+    for key in ("run_dir", "checkpoint", "config"):
+        value = entry.get(key)
+        inside = spec.root.resolve() / "configs" if key == "config" else runs
+        if value is not None and (not isinstance(value, str) or not Path(value).resolve().is_relative_to(inside)):
+            raise InputError(f"{where}: field `{key}`: {value!r} is not inside {inside}")
 
 
 def run_chain(spec: ChainSpec, lake: Lake, runs: int, *, log: Callable[[str], None] = print,
@@ -184,6 +223,8 @@ def _train(lake: Lake, spec: ChainSpec, entry: dict[str, Any], log: Callable[[st
     cmd = [sys.executable, "-m", "spo_lake.cli.app", "--lake", lake.root, "train"]
     if (run_dir / "manifest.json").exists():
         cmd += ["--resume", str(run_dir)]
+    elif run_dir.is_symlink():
+        raise InputError(f"{run_dir}: is a symlink; a chain directory holds only its own files (refused)")
     else:  # a child killed before its manifest left nothing to keep (the manifest precedes any lake row)
         shutil.rmtree(run_dir, ignore_errors=True)
         cmd += ["--config", entry["config"]]

@@ -50,6 +50,10 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        for name, value in kwargs.items():  # bytes that are not UTF-8 arrive as lone surrogates: no value can hold them
+            if any(isinstance(v, str) and not _is_text(v) for v in (value if isinstance(value, list) else [value])):
+                print(f"error: --{name.replace('_', '-')}: not valid UTF-8 text", file=sys.stderr)
+                raise typer.Exit(1)
         try:
             return fn(*args, **kwargs)
         except (UserError, duckdb.Error, DeltaError, OSError, pa.ArrowException, pl.exceptions.PolarsError) as exc:
@@ -69,6 +73,14 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_pairs(pairs: list[str] | None, option: str, shape: str) -> dict[str, str]:

@@ -67,6 +67,9 @@ def register(app: typer.Typer) -> None:
                                                     "default: the cores this process may use, halved when online "
                                                     "rollouts share them)"),
               resume: str | None = typer.Option(None, help="continue the run in this directory exactly"),
+              trust_pickles: bool = typer.Option(False, help="let --resume load the pickled .pt state files of run "
+                                                 "directories written before 2026-11-29 (unpickling can run code: "
+                                                 "only for directories you trust; docs/security.md)"),
               quiet: bool = typer.Option(False, help="no live progress display"),
               help_config: bool = typer.Option(False, "--help-config", is_eager=True, callback=show_config_help,
                                                help="list every config key with its default and meaning, and exit")
@@ -88,7 +91,8 @@ def register(app: typer.Typer) -> None:
         with process_group() as world:
             with console.status("setting up the run") if world.main else nullcontext():
                 if resume:
-                    trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet)
+                    trainer = Trainer.resume(resume, lake, overrides, show_progress=not quiet,
+                                             trust_pickles=trust_pickles)
                 else:
                     run_config = load_config(config, overrides)
                     check_device(run_config.run.device, f"{config or 'config'}: device")

@@ -356,7 +356,7 @@ def _response_tokens(model_dir: Path, curve: dict[str, Any]) -> list[str] | None
 
         from spo_lake.models.backend import tokenize_response
 
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
         _, ids = tokenize_response(tokenizer, curve["prompt"], curve["response"])
         return [cast(str, tokenizer.decode([i])) for i in ids]  # (its annotation also covers decoding a batch)
     except OSError:

@@ -16,7 +16,8 @@ Each reader turns a dump into canonical trajectory records (then shaped and vali
   reward = sum of score × weight, `policy_version` = the run's `work.policy.start`. `effective` is a subset of
   `all`, so a step's `all` is read when present.
 Missing run ids default to the dump directory's name. A record without a reward is ingested without one; an errored
-one (prime-rl `ok: false`, or an episode with no trace) is counted: `DumpCounts` says how many of each.
+one (prime-rl `ok: false`) is counted; an episode with no trace, or an errored trace without a sampled message (a
+call that failed early), is counted and skipped: `DumpCounts` says how many of each.
 """
 from __future__ import annotations
 
@@ -178,6 +179,10 @@ def _verl(f: Path, run: str, counts: DumpCounts, mapped: bool) -> Iterator[Locat
         yield Located(loc.where, {**rec, **out})
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 # ---- prime-rl (verifiers v1 episodes) -----------------------------------------------------------------------------
 def _text(content: Any) -> str:
     """A message's content: text, or the text parts of a list of content parts."""
@@ -189,22 +194,51 @@ def _text(content: Any) -> str:
     return ""
 
 
+def _object(where: str, record: dict, field: str) -> dict:
+    """`record[field]` when it is an object, {} when absent; anything else is an error naming the field."""
+    value = record.get(field)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise IngestError(f"{where}: field {field!r}: expected an object, got {type(value).__name__}")
+    return value
+
+
+def _list(where: str, record: dict, field: str) -> list:
+    value = record.get(field)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise IngestError(f"{where}: field {field!r}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _messages(trace: dict) -> list[dict]:
+    return [n for n in trace.get("nodes") or [] if isinstance(n, dict) and isinstance(n.get("message"), dict)]
+
+
 def _prime(f: Path, counts: DumpCounts, mapped: bool) -> Iterator[Located]:
     kind, subset = f.parent.parent.name, f.parent.name
     for loc in read_jsonl(f):
         episode = loc.record
         if not isinstance(episode.get("task"), dict):
             raise IngestError(f"{loc.where}: missing required field 'task' (a verifiers episode record)")
-        traces = episode.get("traces") or []
-        errors = [e.get("message") for e in episode.get("errors", []) if isinstance(e, dict)]
+        traces = _list(loc.where, episode, "traces")
+        errors = [e.get("message") for e in _list(loc.where, episode, "errors") if isinstance(e, dict)]
+        run = _object(loc.where, episode, "run")
+        work = _object(loc.where, run, "work")
+        policy = _object(loc.where, work, "policy")
         if not traces:
             counts.skipped += 1
             continue
-        run = episode.get("run") or {}
-        work = run.get("work") or {}
-        policy = work.get("policy") or {}
         for t, trace in enumerate(traces):
             where = f"{loc.where}: trace {t}"
+            if not isinstance(trace, dict):
+                raise IngestError(f"{where}: expected an object, got {type(trace).__name__}")
+            failed = not episode.get("ok", True) or trace.get("ok") is False or errors or trace.get("errors")
+            if failed and not any(n.get("sampled") for n in _messages(trace)):
+                counts.skipped += 1  # a call that failed early: the trace holds no sampled message to ingest
+                continue
             yield Located(where, _trace_record(where, episode, trace, run, work, policy, kind, subset, errors,
                                                counts, mapped))
 
@@ -223,24 +257,29 @@ def _trace_record(where: str, episode: dict, trace: dict, run: dict, work: dict,
     logprobs: list[float] | None = []
     for n in sampled:
         ids, mask, lps = n.get("token_ids") or [], n.get("mask") or [], n.get("logprobs") or []
+        if not all(isinstance(x, list) for x in (ids, mask, lps)):
+            raise IngestError(f"{where}: field 'nodes': token_ids, mask and logprobs must be lists")
         picked = [tok for tok, m in zip(ids, mask) if m]
         if not picked or len(picked) != len(lps) or tokens is None or logprobs is None:
             tokens = logprobs = None  # some turn without its sampled tokens: keep the text only
             continue
         tokens += picked
         logprobs += lps
-    rewards = [r for r in (trace.get("rewards") or {}).values() if isinstance(r, dict)]
+    rewards = [r for r in _object(where, trace, "rewards").values() if isinstance(r, dict)]
+    if not all(_number(r.get("score")) and _number(r.get("weight", 1.0)) for r in rewards):
+        raise IngestError(f"{where}: field 'rewards': each needs a numeric score (and weight)")
     value = sum(r["score"] * r.get("weight", 1.0) for r in rewards) if rewards else None
-    trace_errors = errors + [e.get("message") for e in trace.get("errors", []) if isinstance(e, dict)]
+    trace_errors = errors + [e.get("message") for e in _list(where, trace, "errors") if isinstance(e, dict)]
     ok = bool(episode.get("ok")) and bool(trace.get("ok", True)) and not trace_errors
     if not ok:
         counts.errored += 1
     task = episode["task"]
-    model = next((c.get("model") for c in trace.get("calls", []) if isinstance(c, dict) and c.get("model")), None)
-    meta = {"episode_id": episode.get("id"), "group_id": (episode.get("group") or {}).get("id"),
-            "env": (episode.get("env") or {}).get("id"), "task_key": task.get("key"), "kind": kind,
+    model = next((c.get("model") for c in _list(where, trace, "calls") if isinstance(c, dict) and c.get("model")),
+                 None)
+    meta = {"episode_id": episode.get("id"), "group_id": _object(where, episode, "group").get("id"),
+            "env": _object(where, episode, "env").get("id"), "task_key": task.get("key"), "kind": kind,
             "subset": subset, "step": work.get("step"), "policy_end": policy.get("end"), "ok": ok,
-            "agent": (trace.get("agent") or {}).get("name"), "turns": len(sampled)}
+            "agent": _object(where, trace, "agent").get("name"), "turns": len(sampled)}
     if trace_errors:
         meta["errors"] = trace_errors
     return {"prompt": prompt or None, "response": "".join(_text(n["message"].get("content")) for n in sampled),

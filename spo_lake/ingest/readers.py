@@ -8,10 +8,10 @@ from __future__ import annotations
 import codecs
 import csv
 import gzip
-import io
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +22,46 @@ import pyarrow as pa
 from spo_lake.errors import UserError
 
 DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_COLUMNS = 4096
+MAX_DEPTH = 64  # JSON nesting: deeper values are refused (Python's parsers and printers recurse)
+
+
+def _limit(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if not value.strip().isdigit() or int(value) < 1:
+        raise IngestError(f"environment variable {name}: expected a positive integer, got {value[:40]!r}")
+    return int(value)
 
 
 def max_line_bytes() -> int:
-    """Longest accepted input line (JSONL line or CSV record); env SPOLAKE_MAX_LINE_BYTES overrides."""
-    return int(os.environ.get("SPOLAKE_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES))
+    """Largest accepted input line, CSV field or Parquet cell (bytes): ingest's memory stays bounded by its batch
+    plus this (docs/security.md). Env SPOLAKE_MAX_LINE_BYTES overrides."""
+    return _limit("SPOLAKE_MAX_LINE_BYTES", DEFAULT_MAX_LINE_BYTES)
+
+
+def max_columns() -> int:
+    """Most columns an input (Parquet, CSV, a dataset) may have; env SPOLAKE_MAX_COLUMNS overrides."""
+    return _limit("SPOLAKE_MAX_COLUMNS", DEFAULT_MAX_COLUMNS)
+
+
+def regular_input(path: Path) -> None:
+    """Refuse, without opening it, an input that is not a regular file or directory (a FIFO would block the read
+    forever, a device never ends). A symlink named on the command line is followed: that is the user's choice."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise IngestError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise IngestError(f"{path}: cannot read: {exc.strerror}") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise IngestError(f"{path}: not a regular file (a FIFO, socket or device); refused without reading it")
+
+
+def too_many_columns(where: str, count: int) -> None:
+    if count > max_columns():
+        raise IngestError(f"{where}: {count} columns, more than {max_columns()} (SPOLAKE_MAX_COLUMNS)")
 
 
 class IngestError(UserError, ValueError):
@@ -77,8 +112,47 @@ def _bad_utf8_field(raw: bytes) -> str:
     return ""
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def plain_json(where: str, text: str, value: Any) -> None:
+    """Refuse a parsed JSON value nested deeper than MAX_DEPTH or holding a lone surrogate (\\ud800 alone is valid
+    JSON but no valid text: storing it fails). Cheap for ordinary records: it looks only when the text could hold
+    either."""
+    if text.count("[") + text.count("{") > MAX_DEPTH:
+        stack = [(value, 1)]
+        while stack:
+            item, depth = stack.pop()
+            if depth > MAX_DEPTH:
+                raise IngestError(f"{where}: {_first_field(value)}JSON nested deeper than {MAX_DEPTH} levels")
+            children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+            stack += [(c, depth + 1) for c in children if isinstance(c, (dict, list))]
+    if _SURROGATE_ESCAPE.search(text):
+        for key, item in value.items() if isinstance(value, dict) else [("", value)]:
+            try:
+                json.dumps([key, item], ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise IngestError(f"{where}: {f'field {key!r}: ' if key else ''}a lone surrogate "
+                                  "(\\ud800-\\udfff without its pair) is not text") from None
+
+
+def _first_field(value: Any) -> str:
+    """"field 'k': " for the first field of `value` nested too deeply (or "")."""
+    for key, item in value.items() if isinstance(value, dict) else ():
+        depth, stack = 0, [(item, 1)]
+        while stack:
+            node, d = stack.pop()
+            depth = max(depth, d)
+            stack += [(c, d + 1) for c in (node.values() if isinstance(node, dict) else node
+                                           if isinstance(node, list) else ()) if isinstance(c, (dict, list))]
+            if depth >= MAX_DEPTH:
+                return f"field {key!r}: "
+    return ""
+
+
 def read_jsonl(path: Path) -> Iterator[Located]:
     """JSON objects, one a line. NaN/Infinity parse as floats so the validator can name the field refusing them."""
+    regular_input(path)
     limit = max_line_bytes()
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
@@ -111,8 +185,11 @@ def _jsonl_lines(path: Path, fh: Any, limit: int) -> Iterator[Located]:
                               f"{exc.pos + 1}") from None
         except ValueError as exc:
             raise IngestError(f"{where}: invalid JSON: {exc}") from None
+        except RecursionError:
+            raise IngestError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels") from None
         if not isinstance(rec, dict):
             raise IngestError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        plain_json(where, text, rec)
         yield Located(where, rec)
 
 
@@ -120,19 +197,56 @@ def read_parquet(path: Path) -> pa.Table:
     """Parquet is read as a typed Arrow table: its column types are checked once, its values column-wise."""
     import pyarrow.parquet as pq
 
-    if not path.exists():
-        raise IngestError(f"{path}: no such file")
+    regular_input(path)
     if path.stat().st_size == 0:
         raise IngestError(f"{path}: empty file, no records")
+    parts = [path] if path.is_file() else sorted(p for p in path.rglob("*") if not p.is_dir())
+    for part in parts:
+        regular_input(part)
     try:  # a file or a directory of parts (what pq.read_table reads, through the same ParquetDataset)
+        for part in parts:
+            if part.name.endswith(".parquet") or part == path:
+                parquet_limits(part, pq.ParquetFile(part).metadata)
         dataset = pq.ParquetDataset(path)
         # checked before reading, which fails on a column named twice in words about its own internals
         distinct_columns(str(path), dataset.schema.names)
-        return dataset.read()
+        table = dataset.read()
+        large_cells(str(path), table)
+        return table
     except IngestError:
         raise
     except Exception as exc:  # pyarrow raises several types for a corrupt file
         raise IngestError(f"{path}: not a readable Parquet file: {exc}") from None
+
+
+def parquet_limits(path: Path, metadata: Any) -> None:
+    """Refuse, from the footer alone, a Parquet file with too many columns or a cell larger than max_line_bytes:
+    a column chunk averaging more than the limit per row holds such a cell."""
+    too_many_columns(str(path), metadata.num_columns)
+    limit = max_line_bytes()
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            if chunk.total_uncompressed_size > limit * max(1, group.num_rows):
+                raise IngestError(f"{path}:row group {g}: field {chunk.path_in_schema!r}: values larger than "
+                                  f"{limit} bytes (SPOLAKE_MAX_LINE_BYTES)")
+
+
+def large_cells(where: str, table: pa.Table, start: int = 0) -> None:
+    """Refuse a string or binary cell larger than max_line_bytes (before it becomes a Python object)."""
+    import pyarrow.compute as pc
+
+    limit = max_line_bytes()
+    for name, column in zip(table.column_names, table.columns):
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+                or pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+            continue
+        lengths = pc.binary_length(column)
+        if lengths.null_count < len(lengths) and pc.max(lengths).as_py() > limit:
+            row = pc.index(pc.greater(lengths, limit), True).as_py()
+            raise IngestError(f"{where}:row {start + row + 1}: field {name!r}: larger than {limit} bytes "
+                              "(SPOLAKE_MAX_LINE_BYTES)")
 
 
 def distinct_columns(where: str, names: Sequence[str]) -> None:
@@ -145,17 +259,22 @@ def read_parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.Table]:
     """A Parquet file as typed Arrow tables of at most `batch_rows` rows, read one at a time."""
     import pyarrow.parquet as pq
 
-    if not path.exists():
-        raise IngestError(f"{path}: no such file")
+    regular_input(path)
     if path.stat().st_size == 0:
         raise IngestError(f"{path}: empty file, no records")
     try:
-        reader = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering keeps every row group read in memory
+        # no pre-buffering (it keeps every row group read in memory); buffer_size streams a column chunk by pages
+        reader = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+        parquet_limits(path, reader.metadata)
         if reader.metadata.num_rows == 0:
             raise IngestError(f"{path}: no records")
         distinct_columns(str(path), reader.schema_arrow.names)
+        start = 0
         for batch in reader.iter_batches(batch_size=batch_rows):
-            yield pa.Table.from_batches([batch])
+            table = pa.Table.from_batches([batch])
+            large_cells(str(path), table, start)
+            start += table.num_rows
+            yield table
     except IngestError:
         raise
     except Exception as exc:  # pyarrow raises several types for a corrupt file
@@ -164,32 +283,41 @@ def read_parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.Table]:
 
 def read_csv(path: Path) -> Iterator[Located]:
     """CSV with a header row. Cells of list/object fields (token_ids, logprobs, tests, metadata) are JSON text;
-    number fields are parsed strictly; an empty cell means "absent"."""
-    raw = path.read_bytes().removeprefix(codecs.BOM_UTF8)  # Excel's "CSV UTF-8" starts with one
-    try:
-        text, bad_utf8 = raw.decode("utf-8"), None
-    except UnicodeDecodeError as exc:  # parse anyway, with the bad bytes escaped, to name the cell holding them
-        text, bad_utf8 = raw.decode("utf-8", "surrogateescape"), exc
-    csv.field_size_limit(max_line_bytes())
-    # strict: a quoted cell cut off by the end of the file (a truncated export) is an error, not a shorter value
-    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
-    try:
-        header = reader.fieldnames or []
-        distinct_columns(f"{path}:line 1", header)
-        for rec in reader:
-            where = f"{path}:line {reader.line_num}"
-            if None in rec:
-                raise IngestError(f"{where}: more cells than header columns")
-            if bad_utf8 is not None:
+    number fields are parsed strictly; an empty cell means "absent". Read a line at a time, each line and field at
+    most max_line_bytes: memory stays bounded whatever the file holds."""
+    regular_input(path)
+    limit = max_line_bytes()
+    csv.field_size_limit(limit)
+    # Excel's "CSV UTF-8" starts with a BOM (utf-8-sig drops it); bad bytes are escaped to name the cell holding them
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as fh:
+        lines = _bounded_lines(path, fh, limit)
+        # strict: a quoted cell cut off by the end of the file (a truncated export) is an error, not a shorter value
+        reader = csv.DictReader(lines, strict=True)
+        try:
+            header = reader.fieldnames or []
+            if any(_ESCAPED_BYTE.search(h) for h in header):
+                raise IngestError(f"{path}:line 1: invalid UTF-8 in the header")
+            too_many_columns(f"{path}:line 1", len(header))
+            distinct_columns(f"{path}:line 1", header)
+            for rec in reader:
+                where = f"{path}:line {reader.line_num}"
+                if None in rec:
+                    raise IngestError(f"{where}: more cells than header columns")
                 for k, v in rec.items():
                     if v is not None and _ESCAPED_BYTE.search(v):
                         raise IngestError(f"{where}: field {k!r}: invalid UTF-8")
-            yield Located(where, {k: _csv_cell(v, where, k) for k, v in rec.items() if v not in ("", None)})
-    except csv.Error as exc:  # line_num counts the lines read before the bad record: it starts on the next one
-        raise IngestError(f"{path}:line {reader.line_num + 1}: bad CSV: {exc}") from None
-    if bad_utf8 is not None:  # in the header
-        line = raw[: bad_utf8.start].count(b"\n") + 1
-        raise IngestError(f"{path}:line {line}: invalid UTF-8 at byte {bad_utf8.start}")
+                yield Located(where, {k: _csv_cell(v, where, k) for k, v in rec.items() if v not in ("", None)})
+        except csv.Error as exc:  # line_num counts the lines read before the bad record: it starts on the next one
+            raise IngestError(f"{path}:line {reader.line_num + 1}: bad CSV: {exc}") from None
+
+
+def _bounded_lines(path: Path, fh: Any, limit: int) -> Iterator[str]:
+    number = 0
+    while line := fh.readline(limit + 1):
+        number += 1
+        if len(line) > limit:
+            raise IngestError(f"{path}:line {number}: line longer than {limit} characters (SPOLAKE_MAX_LINE_BYTES)")
+        yield line
 
 
 _CSV_JSON_FIELDS = {"token_ids", "logprobs", "tests", "metadata"}
@@ -200,11 +328,15 @@ _CSV_INT_FIELDS = {"policy_version", "memory_limit_mb"}
 def _csv_cell(value: str, where: str, field: str) -> Any:
     try:
         if field in _CSV_JSON_FIELDS:
-            return json.loads(value)
+            parsed = json.loads(value)
+            plain_json(where, value, {field: parsed})
+            return parsed
         if field in _CSV_INT_FIELDS:
             return int(value)
         if field in _CSV_FLOAT_FIELDS:
             return float(value)
+    except RecursionError:
+        raise IngestError(f"{where}: field {field!r}: JSON nested deeper than {MAX_DEPTH} levels") from None
     except ValueError:
         kind = "JSON text" if field in _CSV_JSON_FIELDS else "an integer" if field in _CSV_INT_FIELDS else "a number"
         raise IngestError(f"{where}: field {field!r}: expected {kind}, got {value[:40]!r}") from None
@@ -229,7 +361,10 @@ def read_hf(name_or_path: str, split: str = "train") -> pa.Table:
         raise
     except Exception as exc:  # datasets raises many types (missing files, hub unreachable, bad split)
         raise IngestError(f"{name_or_path}: cannot load dataset: {' '.join(str(exc).split())}") from None
-    return ds.with_format("arrow")[:]  # respects selections/shuffles, unlike ds.data
+    too_many_columns(name_or_path, len(ds.column_names))
+    table = ds.with_format("arrow")[:]  # respects selections/shuffles, unlike ds.data
+    large_cells(name_or_path, table)
+    return table
 
 
 def is_parquet(path: str) -> bool:
@@ -239,8 +374,7 @@ def is_parquet(path: str) -> bool:
 def read_records(path: str) -> Iterator[Located]:
     """Records of a row-oriented input: JSONL (optionally gzipped) or CSV. Parquet and datasets are read typed."""
     p = Path(path)
-    if not p.exists():
-        raise IngestError(f"{path}: no such file")
+    regular_input(p)
     if p.stat().st_size == 0:
         raise IngestError(f"{path}: empty file, no records")
     name = p.name.lower()

@@ -70,15 +70,15 @@ def _value_ok(kind: str, v: Any) -> bool:
         return isinstance(v, str)
     if kind == "int":
         return type(v) is int and _INT64[0] <= v < _INT64[1]
-    if kind == "float":
-        return type(v) in (int, float)
+    if kind == "float":  # Arrow converts an integer through int64
+        return type(v) is float or type(v) is int and _INT64[0] <= v < _INT64[1]
     if kind == "object":
         return isinstance(v, dict)
     if kind == "list<int>":  # type() is exact: a bool is not an integer here
         return (isinstance(v, list) and all(type(x) is int for x in v)
                 and (not v or _INT64[0] <= min(v) and max(v) < _INT64[1]))
     if kind == "list<float>":
-        return isinstance(v, list) and all(type(x) in (int, float) for x in v)
+        return isinstance(v, list) and all(_value_ok("float", x) for x in v)
     raise AssertionError(kind)
 
 

@@ -34,7 +34,7 @@ from spo_lake.lake.contracts import Contract, contract, table_names
 from spo_lake.lake.errors import LakeError, delta_message
 from spo_lake.lake.inflight import Lease
 from spo_lake.lake.sql import add_missing_columns, referenced_tables, require_read_only, sql_literal
-from spo_lake.lake.store import Store
+from spo_lake.lake.store import Store, escape, foreign_entries
 from spo_lake.lake.writer import write_files
 
 # Time travel must outlive any snapshot: never expire log entries, and let only our keep_versions-aware vacuum
@@ -138,6 +138,7 @@ class Lake:
     def __init__(self, root: str, storage_options: dict[str, str] | None = None):
         self.root = root
         self.storage_options = storage_options
+        self._contained: set[tuple[str, int]] = set()  # (table, version) whose files were checked to stay inside
 
     # ---- opening -------------------------------------------------------------------------------------------
     @classmethod
@@ -151,6 +152,7 @@ class Lake:
         """Create the lake (idempotent): every table of `schemas/` plus the snapshot registry. Never over existing
         data: a table whose log is lost, or a registry missing next to other tables, is a LakeError."""
         lake = cls.locate(path, storage_options)
+        lake._refuse_links()
         if not _is_uri(lake.root):
             if Path(lake.root).is_file():
                 raise LakeError(f"{lake.root}: a file is there; a lake is a directory")
@@ -165,6 +167,7 @@ class Lake:
         """Open the lake at `path` (a directory or object-store URI); `create` makes it if missing, else a missing
         lake is a LakeError. `storage_options` go to deltalake (credentials, endpoint, ...)."""
         lake = cls.locate(path, storage_options)
+        lake._refuse_links()
         if not lake._is_table(SNAPSHOTS):
             if create:
                 return cls.init(path, storage_options)
@@ -173,6 +176,19 @@ class Lake:
             raise LakeError(lost or f"{lake.root}: not a lake (run `spolake init` or pass --lake)")
         lake._create_missing(table_names())  # tables added by a newer contract set appear on open
         return lake
+
+    def _refuse_links(self) -> None:
+        """A local lake's own directories (tables, their logs, leases) must not be symlinks: writing, vacuuming or
+        quarantining through one changes files outside the lake."""
+        if _is_uri(self.root):
+            return
+        for name in [SNAPSHOTS, *table_names(), inflight.LEASES, doctor.QUARANTINE, LOCK_FILE]:
+            for path in (Path(self.root, name), Path(self.root, name, "_delta_log")):
+                if path.is_symlink():
+                    raise LakeError(f"{path}: is a symlink; a lake holds only its own files (refused, nothing "
+                                    "changed; `spolake doctor` lists such entries)")
+        for table in [SNAPSHOTS, *table_names()]:
+            _plain_log(self.uri(table))
 
     def _is_table(self, table: str) -> bool:
         return DeltaTable.is_deltatable(self.uri(table), self.storage_options)
@@ -235,15 +251,27 @@ class Lake:
         return FileLock(os.path.join(self.root, LOCK_FILE), is_singleton=True, poll_interval=0.01)
 
     def delta(self, table: str, version: int | None = None) -> DeltaTable:
-        """The deltalake DeltaTable of `table` at `version` (latest when None)."""
+        """The deltalake DeltaTable of `table` at `version` (latest when None). Every data file of that version must
+        lie inside the table's directory (docs/security.md): a log naming one outside is a LakeError."""
+        local = None if _is_uri(self.root) else self.uri(table)
+        if local is not None:
+            _plain_log(local)
         try:
-            return DeltaTable(self.uri(table), version=version, storage_options=self.storage_options)
+            dt = DeltaTable(self.uri(table), version=version, storage_options=self.storage_options)
         except TableNotFoundError:
             raise LakeError(f"{self.uri(table)}: no such table") from None
         except DeltaError as exc:
             at = "latest version" if version is None else f"version {version}"
             raise LakeError(f"{self.uri(table)}: cannot load the {at}: {delta_message(exc)} "
                             "(run `spolake doctor`)") from None
+        if (table, dt.version()) not in self._contained:
+            for path in pa.table(dt.get_add_actions(flatten=True)).column("path").to_pylist():
+                why = escape(local, path)
+                if why:
+                    raise LakeError(f"{self.uri(table)}@{dt.version()}: the log names data file {path!r}, {why}: "
+                                    "refused, nothing read (run `spolake doctor`)")
+            self._contained.add((table, dt.version()))
+        return dt
 
     # ---- writing -------------------------------------------------------------------------------------------
     def store(self) -> Store:
@@ -478,11 +506,10 @@ class Lake:
         return latest
 
     def snapshots(self) -> list[Snapshot]:
-        """Every snapshot not deleted, oldest first."""
-        return [
-            Snapshot(r["name"], json.loads(r["versions"]), r["note"], r["created_at"])
-            for r in self._snapshot_rows().values() if not r["deleted"]
-        ]
+        """Every snapshot not deleted, oldest first. A registry row that is not a snapshot (a name, and versions as
+        a JSON object of table → non-negative version) is a LakeError naming it: pins decide what vacuum keeps."""
+        return [Snapshot(r["name"], _pinned_versions(r), r["note"], r["created_at"])
+                for r in self._snapshot_rows().values() if not r["deleted"]]
 
     def get_snapshot(self, name: str) -> Snapshot:
         """The snapshot called `name`; a LakeError when there is none."""
@@ -665,6 +692,12 @@ class Lake:
         out = {}
         tables = [*table_names(), SNAPSHOTS]
         with self.lock():  # no snapshot and no write lease can start between reading them and deleting
+            self._refuse_links()
+            foreign = [] if _is_uri(self.root) else foreign_entries(self.root)
+            escaping = [f"{where}: {path}" for t in tables for where, path, _ in doctor.escaping_paths(self, t)]
+            if foreign or escaping:  # delta-rs would list through a symlink and delete what it finds there
+                raise LakeError(f"{self.root}: vacuum refused, nothing deleted: {(foreign + escaping)[0]} "
+                                f"({len(foreign + escaping)} entries a lake must not hold; run `spolake doctor`)")
             loaded = {t: self.delta(t) for t in tables}  # every log must load before a file is deleted
             since, killed = inflight.live_since(self.store(), None if _is_uri(self.root) else self.root, tables,
                                                 clean=not dry_run)
@@ -679,6 +712,35 @@ class Lake:
                     gone |= set(dt.vacuum(retention_hours=age, full=True, **common))
                 out[t] = sorted(gone | {p.split("/", 1)[1] for p in killed if p.startswith(f"{t}/")})
         return out
+
+
+def _plain_log(table_dir: str) -> None:
+    """A local table's directory and Delta log are real directories holding only files and directories: delta-rs
+    opens every log entry, and a FIFO there blocks forever, a symlink reads outside the lake."""
+    log = os.path.join(table_dir, "_delta_log")
+    if os.path.islink(table_dir) or os.path.islink(log):
+        raise LakeError(f"{table_dir}: the table directory or its _delta_log is a symlink; a lake holds only its own "
+                        "files (refused; run `spolake doctor`)")
+    if not os.path.isdir(log):
+        return
+    with os.scandir(log) as entries:  # d_type only: no stat per entry
+        odd = next((e.name for e in entries if not (e.is_file(follow_symlinks=False)
+                                                    or e.is_dir(follow_symlinks=False))), None)
+    if odd is not None:
+        raise LakeError(f"{log}/{odd}: a symlink or special file in a Delta log (refused; run `spolake doctor`)")
+
+
+def _pinned_versions(row: dict[str, Any]) -> dict[str, int]:
+    try:
+        versions = json.loads(row["versions"]) if isinstance(row["versions"], str) else None
+    except (ValueError, RecursionError):
+        versions = None
+    if not isinstance(row["name"], str) or not isinstance(versions, dict) or not all(
+            isinstance(t, str) and type(v) is int and 0 <= v < 2**63 for t, v in versions.items()):
+        shown = (row["versions"] or "")[:80] if isinstance(row["versions"], str) else row["versions"]
+        raise LakeError(f"snapshot registry: row {str(row['name'])[:80]!r}: field `versions`: {shown!r} is not a "
+                        "JSON object of table -> version (a damaged registry: restore it from a backup)")
+    return versions
 
 
 def _lost_to(dt: DeltaTable, txns: list[Transaction]) -> bool:

@@ -16,11 +16,13 @@ from functools import partial
 from typing import Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from spo_lake.lake.errors import LakeError, delta_message
-from spo_lake.lake.store import Store, data_files
+from spo_lake.lake.store import Store, data_files, escape, foreign_entries
 
 SNAPSHOTS = "snapshots"
 QUARANTINE = "_quarantine"
@@ -85,12 +87,41 @@ def version_problems(lake: Examined, table: str, version: int | None, store: Sto
     actions = pa.table(dt.get_add_actions(flatten=True)).to_pydict()
     stored = {f.path: f.size for f in data_files(store.list(table))}
     out = []
+    local = None if "://" in lake.root else lake.uri(table)
     for path, size in zip(actions["path"], actions["size_bytes"]):
+        if escape(local, path):  # `escaping_paths` reports it; never read it
+            continue
         key = f"{table}/{path}"
         if key not in checked:
             checked[key] = _file_problem(store, key, size, stored.get(key))
         if checked[key]:
             out.append(Finding(key, f"{checked[key]} (referenced by {table}@{dt.version()}; restore it from a backup)"))
+    return out
+
+
+def escaping_paths(lake: Examined, table: str) -> list[tuple[str, str, str]]:
+    """(log file, path, why) for each add or remove action of `table`'s log (every entry and checkpoint, whether or
+    not the table loads) whose path leads out of the table: reading it would read outside the lake, vacuuming it
+    would delete outside."""
+    store = Store(lake.root, lake.storage_options)
+    local = None if "://" in lake.root else lake.uri(table)
+    out = []
+    for f in store.list(f"{table}/_delta_log"):
+        paths: list[str] = []
+        try:
+            if f.path.endswith(".json"):
+                for line in store.read(f.path).decode("utf-8", errors="replace").splitlines():
+                    action = json.loads(line) if line.strip() else {}
+                    for kind in ("add", "remove"):
+                        if isinstance(action, dict) and isinstance(action.get(kind), dict):
+                            paths.append(str(action[kind].get("path")))
+            elif f.path.endswith(".checkpoint.parquet"):
+                got = pq.read_table(store.handler.open_input_file(f.path), columns=["add", "remove"])
+                for kind in ("add", "remove"):
+                    paths += [p for p in pc.struct_field(got.column(kind), "path").to_pylist() if p]
+        except (ValueError, RecursionError, KeyError, pa.ArrowException, OSError):
+            continue  # an unreadable entry is the log's own finding
+        out += [(f.path, p, why) for p in paths if (why := escape(local, p))]
     return out
 
 
@@ -120,8 +151,17 @@ def require_intact(lake: Examined, versions: dict[str, int]) -> None:
 def diagnose(lake: Examined, tables: list[str]) -> list[Finding]:
     """Every problem of every table, its pinned versions and the snapshot registry; one Finding each."""
     store = Store(lake.root, lake.storage_options)
+    problems: list[Finding] = [
+        Finding(entry, "a symlink or special file: a lake holds only directories and regular files; nothing reads, "
+                       "writes or deletes through it (remove it by hand after checking where it leads)")
+        for entry in ([] if "://" in lake.root else foreign_entries(lake.root))]
+    if problems:
+        return problems  # examining (or repairing) further would read and write through them
     present = [t for t in tables if t != SNAPSHOTS and DeltaTable.is_deltatable(lake.uri(t), lake.storage_options)]
-    problems: list[Finding] = []
+    for t in [SNAPSHOTS, *tables]:
+        problems += [Finding(entry, f"names data file {path!r}, {why}: refused by every reader, vacuum and "
+                                    "compaction (restore the table from a backup)")
+                     for entry, path, why in escaping_paths(lake, t)]
     loaded: dict[str, DeltaTable] = {}
     for t in [SNAPSHOTS, *tables]:  # the registry first: its pins decide which repairs are safe
         if not DeltaTable.is_deltatable(lake.uri(t), lake.storage_options):
@@ -133,6 +173,11 @@ def diagnose(lake: Examined, tables: list[str]) -> list[Finding]:
             problems += _log_problems(lake, store, t, exc, _pins(lake, loaded))
             continue
         problems += _checkpoint_pointer(lake, store, t)
+    if SNAPSHOTS in loaded:
+        try:
+            lake.snapshots()
+        except LakeError as exc:
+            problems.append(Finding(SNAPSHOTS, str(exc).removeprefix("snapshot registry: ")))
     pins = _pins(lake, loaded)
     checked: dict[str, str | None] = {}
     for t, dt in loaded.items():
@@ -164,7 +209,7 @@ def _pins(lake: Examined, loaded: dict[str, DeltaTable]) -> dict[str, list[tuple
     try:
         snaps = lake.snapshots()
     except (LakeError, DeltaError, OSError):
-        return {}
+        return {}  # `registry_problems` reports it
     out: dict[str, list[tuple[int, str]]] = {}
     for s in snaps:
         for t, v in s.versions.items():

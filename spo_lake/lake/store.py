@@ -8,9 +8,11 @@ both kinds of lake with the same credentials the tables use.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from urllib.parse import unquote
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -79,3 +81,51 @@ def data_files(files: list[StoredFile]) -> list[StoredFile]:
     """The Parquet data files among `files` (not the log's checkpoints)."""
     return [f for f in files if f.path.endswith(".parquet") and "/_delta_log/" not in f"/{f.path}"]
 
+
+
+# ---- containment: nothing a lake names may lead out of it (docs/security.md) -----------------------------------
+def unsafe_path(path: str) -> str | None:
+    """Why a data-file path of a Delta log (relative to its table, percent-encoded) would leave the table: absolute,
+    a URI, or a `..` segment. None when it stays inside (as a string: `escape` also follows symlinks)."""
+    plain = unquote(path)
+    if not plain or "://" in plain or plain.startswith("/") or "\0" in plain:
+        return "an absolute path or URI"
+    if ".." in plain.split("/"):
+        return "a path with '..'"
+    return None
+
+
+def escape(table_dir: str | None, path: str) -> str | None:
+    """Why `path` (a log's data-file path) leads out of the table at `table_dir` (a local directory; None for an
+    object store, where only the string is checked): `unsafe_path`, a symlink out, or not a regular file."""
+    why = unsafe_path(path)
+    if why or table_dir is None:
+        return why
+    full = os.path.join(table_dir, unquote(path))
+    try:
+        mode = os.lstat(full).st_mode
+    except OSError:  # missing: the doctor's other finding
+        return None
+    # The common case, one lstat: a regular file directly in the table directory (not a symlink, checked by callers)
+    if "/" in unquote(path) or stat.S_ISLNK(mode):
+        if not os.path.realpath(full).startswith(os.path.realpath(table_dir) + os.sep):
+            return "a symlink leading out of the table"
+        try:
+            mode = os.stat(full).st_mode
+        except OSError:
+            return None
+    return None if stat.S_ISREG(mode) else "not a regular file (reading a FIFO or device would never end)"
+
+
+def foreign_entries(root: str) -> list[str]:
+    """Symlinks and special files (FIFOs, sockets, devices) anywhere under the local lake directory `root`, relative
+    to it: a lake holds only directories and regular files, and nothing reads, writes or deletes through these."""
+    out = []
+    for top, dirs, files in os.walk(root):  # does not follow symlinked directories: they are reported, not entered
+        for name in dirs + files:
+            full = os.path.join(top, name)
+            mode = os.lstat(full).st_mode
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                kind = "a symlink" if stat.S_ISLNK(mode) else "a special file"
+                out.append(f"{os.path.relpath(full, root)} ({kind})")
+    return sorted(out)

@@ -181,8 +181,10 @@ class TransformersPolicy(TokenizerPrompts):
         `model_identity(path_or_name)` unless given (see spo_lake.models.identity)."""
         target = resolve_model(path_or_name)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(target)
-            model = AutoModelForCausalLM.from_pretrained(target, dtype=_resolve_dtype(dtype))
+            # never code or pickles from a model directory (docs/security.md)
+            tokenizer = AutoTokenizer.from_pretrained(target, trust_remote_code=False)
+            model = AutoModelForCausalLM.from_pretrained(target, dtype=_resolve_dtype(dtype), use_safetensors=True,
+                                                         trust_remote_code=False)
         except (OSError, ValueError) as exc:  # what transformers raises for a directory or name it cannot load
             raise InputError(f"cannot load model {path_or_name!r}: {str(exc).splitlines()[0]}") from None
         # transformers types its `to` wrapper as taking the model again: the stub, not the call, is wrong

@@ -123,8 +123,8 @@ def _load_gguf(path: Path):
 
     transformers_logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        flagged = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
+        flagged = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, trust_remote_code=False)
     except ImportError as exc:  # transformers names the missing package (gguf, or accelerate)
         raise InputError(f"{path}: reading GGUF needs the real-model extra ({str(exc).splitlines()[0]})") from None
     except (OSError, ValueError, KeyError) as exc:  # an architecture or quantization transformers cannot read
@@ -141,6 +141,8 @@ def _load_directory(path: Path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        return AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+        # never code or pickles from a model directory (docs/security.md)
+        return (AutoModelForCausalLM.from_pretrained(path, use_safetensors=True, trust_remote_code=False).eval(),
+                AutoTokenizer.from_pretrained(path, trust_remote_code=False))
     except (OSError, ValueError) as exc:
         raise InputError(f"--from-dir {path}: transformers cannot load it: {str(exc).splitlines()[0]}") from None

@@ -255,10 +255,26 @@ def _check(ok: bool, message: str) -> None:
         raise InputError(message)
 
 
+def _leaves(value: Any, key: str = "") -> typing.Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every number, string or flag in a nested config dict."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, f"{key}.{k}" if key else k)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, f"{key}[{i}]")
+    else:
+        yield key, value
+
+
 def validate(c: TrainConfig) -> TrainConfig:
     """Raise ValueError with one line naming the bad key; returns c."""
     a, r, o, e = c.algorithm, c.rollout, c.optim, c.eval
     _check(bool(c.model.path), "config: `model` is required (a model directory or hub name)")
+    for key, value in _leaves(c.to_dict()):  # torch, numpy and Arrow take 64-bit numbers: fail here, not there
+        _check(type(value) is not int or -2**63 <= value < 2**63, f"config: {key} = {value} is out of range")
+        _check(type(value) is not float or value == value and abs(value) != float("inf"),
+               f"config: {key} must be a finite number, got {value}")
     _check(a.name in ALGORITHMS, f"config: algorithm {a.name!r} not in {ALGORITHMS}")
     _check(a.beta > 0, f"config: beta must be > 0, got {a.beta}")
     _check(a.ce_eps > 0 and a.advantage_scale > 0,

@@ -30,7 +30,7 @@ class ValueModel(torch.nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str, dtype: torch.dtype, device: torch.device | str) -> ValueModel:
-        backbone = AutoModel.from_pretrained(path, dtype=dtype)
+        backbone = AutoModel.from_pretrained(path, dtype=dtype, use_safetensors=True, trust_remote_code=False)
         return cls(backbone, backbone.config.hidden_size).to(device=device, dtype=dtype)
 
     def forward(self, batch: Batch) -> torch.Tensor:

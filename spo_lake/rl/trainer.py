@@ -100,10 +100,11 @@ class Trainer:
     """A training run. `Trainer(config, lake)` starts a new one; `Trainer.resume(run_dir, lake)` continues one.
     Under torchrun (spo_lake.rl.distributed.process_group) it is one rank of the run."""
 
-    def __init__(self, config: TrainConfig, lake: Lake, *, show_progress: bool = True, _resume_dir: Path | None = None):
+    def __init__(self, config: TrainConfig, lake: Lake, *, show_progress: bool = True, _resume_dir: Path | None = None,
+                 _trust_pickles: bool = False):
         self.world = current_world()
         self.lake, self.config, self.show_progress = lake, config, show_progress and self.world.main
-        self.resuming = _resume_dir is not None
+        self.resuming, self.trust_pickles = _resume_dir is not None, _trust_pickles
         if _resume_dir is None:
             self.run_id = self.world.broadcast(config.run.name or new_run_id("train"))
             self.run_dir = Path(config.run.dir) / self.run_id
@@ -170,16 +171,23 @@ class Trainer:
 
     @classmethod
     def resume(cls, run_dir: str | Path, lake: Lake, overrides: list[str] | None = None,
-               show_progress: bool = True) -> Trainer:
+               show_progress: bool = True, trust_pickles: bool = False) -> Trainer:
         """Continue a run from its newest checkpoint with its recorded config (plus `overrides`, e.g. more steps):
-        same snapshot, data order, rollout schedule and RNG states."""
+        same snapshot, data order, rollout schedule and RNG states. `trust_pickles` lets the pickled state files of
+        older run directories load (docs/security.md)."""
         run_dir = Path(run_dir)
         manifest_path = run_dir / "manifest.json"
-        if not manifest_path.exists():
+        if not manifest_path.is_file():
             raise InputError(f"--resume {run_dir}: no manifest.json there (not a run directory)")
-        recorded = json.loads(manifest_path.read_text())["config"]
+        rundir.check_run_dir(run_dir)
+        try:
+            recorded = json.loads(manifest_path.read_text())["config"]
+        except (ValueError, RecursionError, KeyError, TypeError):
+            raise InputError(f"{manifest_path}: field `config`: not a run manifest") from None
+        if not isinstance(recorded, dict):
+            raise InputError(f"{manifest_path}: field `config`: expected a JSON object")
         config = config_from_dict(apply_overrides(recorded, overrides or []))
-        return cls(config, lake, show_progress=show_progress, _resume_dir=run_dir)
+        return cls(config, lake, show_progress=show_progress, _resume_dir=run_dir, _trust_pickles=trust_pickles)
 
     # ------------------------------------------------------------------------------------- setup
 
@@ -547,15 +555,22 @@ class Trainer:
                                       self.config.run.keep_checkpoints)
 
     def _load_checkpoint(self, checkpoint: Path) -> None:
-        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
-        self.step = state["step"]
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        rundir.set_rng_state(state["rng"])
-        self.mixer.load_state_dict(state["data"])
-        if self.sft_mixer is not None:
-            self.sft_mixer.load_state_dict(state["sft_data"])
-        if self.value_model is not None:
-            self.value_model.load_state_dict(rundir.load_tensors(checkpoint, "value_model"))
-        for version, weights in (rundir.load_tensors(checkpoint, "behaviour") or {}).items():
-            self.versions.publish(version, weights)
+        trust = self.trust_pickles
+        state = rundir.load_state(checkpoint, "trainer_state", trust)
+        try:
+            if type(state["step"]) is not int or state["step"] < 0:
+                raise ValueError("field `step`: expected a non-negative integer")
+            self.step = state["step"]
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+            rundir.set_rng_state(state["rng"])
+            self.mixer.load_state_dict(state["data"])
+            if self.sft_mixer is not None:
+                self.sft_mixer.load_state_dict(state["sft_data"])
+            if self.value_model is not None:
+                self.value_model.load_state_dict(rundir.load_state(checkpoint, "value_model", trust))
+            for version, weights in (rundir.load_state(checkpoint, "behaviour", trust) or {}).items():
+                self.versions.publish(version, weights)
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as exc:
+            raise InputError(f"{checkpoint}: trainer state does not fit this run "
+                             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})") from None

@@ -9,9 +9,11 @@ reports how the sample ended. So every sample starts from an interpreter that ne
 Control lines (JSON) on fd 0/1:
 
   host -> zygote: {"ping": true} | {"spawn": {limits}} | {"kill": true} (while a sample runs)
-  zygote -> host: {"pong": true} | {"started": true} as soon as a spawned sample's process exists (its clock
-                  starts then: nothing before, such as the previous sample's clean-up, is charged to it), then
-                  {"exit_code", "files_exceeded", "clean"} once it is over; or {"spawn_failed", "clean": false}
+  zygote -> host: {"pong": true} | {"started": true, "at"} as soon as a spawned sample's process exists (its
+                  clock starts then: nothing before, such as the previous sample's clean-up, is charged to it), then
+                  {"exit_code", "files_exceeded", "clean", "ended_at"} once it is over; or {"spawn_failed",
+                  "clean": false}. "at" and "ended_at" read CLOCK_MONOTONIC, which the host shares: a report the
+                  host reads late is judged by when the sample really ended.
 
 The sample reads its own request from the data pipe (FDS["data_in"]): {"source", "stdin", "fn_name"}. Its stdout and
 stderr are pipes the host reads directly. With a `fn_name` it runs the source, says {"ready": true} on the data pipe
@@ -224,9 +226,10 @@ def supervise(pid, control, limits, base, own_pidns, counters):
             files_exceeded = True
             os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
+    ended_at = time.monotonic()  # the sample's end, before the clean-up (never charged to it)
     os.close(pidfd)
     cleared = kill_leftovers(pid, own_pidns)
-    report = {"exit_code": os.waitstatus_to_exitcode(status), "files_exceeded": files_exceeded,
+    report = {"exit_code": os.waitstatus_to_exitcode(status), "files_exceeded": files_exceeded, "ended_at": ended_at,
               "clean": cleared and clean(base, limits["clean_entries"])
               and (counters is None or counters.unmoved(pid))}
     return report, host_gone
@@ -308,7 +311,7 @@ def serve(base, own_pidns, drop_uid, fds):
             except BaseException as error:  # never fall back into the zygote's loop
                 os.write(fds["err"], f"sandbox harness: {type(error).__name__}: {error}\n".encode())
                 os._exit(125)
-        send(1, {"started": True})
+        send(1, {"started": True, "at": time.monotonic()})
         report, host_gone = supervise(pid, control, limits, base, own_pidns, counters)
         if host_gone:
             return None

@@ -25,6 +25,7 @@ read.
 from __future__ import annotations
 
 import json
+import math
 import os
 import selectors
 import shutil
@@ -110,6 +111,7 @@ class _Sample:
     limits: Limits
     spawned: float = field(default_factory=time.monotonic)  # when the host asked the zygote for it
     started: float | None = None  # when the zygote reported its process started: its clock starts then
+    zygote_started: float | None = None  # the zygote's reading of the same clock at that start
     outbound: bytearray = field(default_factory=bytearray)  # to the sample's data pipe
     stdout: bytearray = field(default_factory=bytearray)
     stdout_bytes: int = 0
@@ -169,7 +171,7 @@ class Sandbox:
             return sample
         self._pump(sample, lambda: sample.report is not None or bool(sample.overflow),
                    lambda: sample.deadline(limits.timeout_s))
-        return self._finish(sample, _timed_out(sample))
+        return self._finish(sample, _timed_out(sample) or _overran(sample, limits.timeout_s))
 
     def session(self, source: str, fn_name: str, limits: Limits = Limits(),
                 budget_s: float | None = None) -> Session:
@@ -294,22 +296,24 @@ class Sandbox:
         while not done():
             if self._proc is None:
                 return False
+            # Past the deadline, one last look without waiting: a report or reply may have been waiting since before
+            # it, unread while this process was busy (another thread held the GIL), and it counts as in time.
             remaining = deadline() - time.monotonic()
-            if remaining <= 0:
-                break
             wants_write = bool(sample.outbound) and not sample.killed
             if wants_write and not writing:
                 self._selector.register(self._fds["data_in"], selectors.EVENT_WRITE, "data_in")
             elif writing and not wants_write:
                 self._selector.unregister(self._fds["data_in"])
             writing = wants_write
-            for key, _ in self._selector.select(remaining):
+            for key, _ in self._selector.select(max(remaining, 0)):
                 if key.data == "data_in":
                     self._write_data(sample)
                 elif not self._read(sample, key.data, key.fd):
                     sample.zygote_died = True  # only the sample can have killed it (or garbled its report)
                     self.close()
                     break
+            if remaining <= 0:
+                break
         if writing and self._proc is not None:
             self._selector.unregister(self._fds["data_in"])
         return done()
@@ -344,8 +348,9 @@ class Sandbox:
                 message = wire.read_message(line, CONTROL_MAX_BYTES)
             except wire.BadData:
                 return False
-            if message == {"started": True}:
+            if type(message) is dict and message.get("started") is True:
                 sample.started = time.monotonic()
+                sample.zygote_started = _clock(message.get("at"))
             else:
                 sample.report = message
         return len(self._control_pending) <= CONTROL_MAX_BYTES
@@ -541,6 +546,18 @@ class Session:
         else:
             self.failure = CallFailed(self.result.verdict, self.result.detail)
         raise self.failure
+
+
+def _clock(value: Any) -> float | None:
+    """A CLOCK_MONOTONIC reading the zygote sent (the same clock as this process's time.monotonic)."""
+    return float(value) if type(value) in (int, float) and math.isfinite(value) else None
+
+
+def _overran(sample: _Sample, timeout_s: float) -> bool:
+    """Whether the zygote's own clock says the sample ran past `timeout_s`: a report read late (this process was
+    busy) still times out a sample that really ran too long, and only such a one."""
+    ended = _clock(sample.report.get("ended_at")) if type(sample.report) is dict else None
+    return sample.zygote_started is not None and ended is not None and ended - sample.zygote_started > timeout_s
 
 
 def _timed_out(sample: _Sample) -> bool:

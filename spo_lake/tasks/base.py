@@ -28,19 +28,27 @@ class Problem:
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Problem:
-        def parse(v: Any) -> dict[str, Any]:
+        def parse(name: str) -> dict[str, Any]:
+            """A JSON-object column; a lake from elsewhere may hold anything there: a one-line error naming it."""
+            v = row.get(name)
             if v is None or v == "":
                 return {}
-            return json.loads(v) if isinstance(v, str) else dict(v)
+            try:
+                value = json.loads(v) if isinstance(v, str) else dict(v)
+            except (ValueError, TypeError, RecursionError):
+                value = None
+            if not isinstance(value, dict):
+                raise InputError(f"prompt {str(row['prompt_id'])[:100]!r}: field {name!r}: not a JSON object")
+            return value
 
         return cls(
             prompt_id=row["prompt_id"],
             task=row["task"],
             prompt=row["prompt"],
-            tests=parse(row.get("tests")),
+            tests=parse("tests"),
             time_limit_s=row.get("time_limit_s"),
             memory_limit_mb=row.get("memory_limit_mb"),
-            metadata=parse(row.get("metadata")),
+            metadata=parse("metadata"),
         )
 
 

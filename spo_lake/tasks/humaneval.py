@@ -31,7 +31,7 @@ from spo_lake.errors import InputError
 from spo_lake.tasks.base import Problem, SandboxOptions, Verdict
 from spo_lake.tasks.codecontests import run_limits
 from spo_lake.tasks.extract import extract_code
-from spo_lake.tasks.verifiers import compile_candidate, verify_humaneval
+from spo_lake.tasks.verifiers import MAX_CODE_CHARS, compile_candidate, verify_humaneval
 
 REQUIRED = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 
@@ -77,6 +77,8 @@ _UNPARSEABLE = (SyntaxError, ValueError, RecursionError, MemoryError)
 
 
 def _parse(code: str) -> ast.Module | None:
+    if len(code) > MAX_CODE_CHARS:  # parsing costs what compiling does (verifiers.MAX_CODE_CHARS)
+        return None
     try:
         return ast.parse(code)
     except _UNPARSEABLE:

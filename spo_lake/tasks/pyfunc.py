@@ -96,6 +96,15 @@ def _call(name: str, args: tuple) -> str:
     return f"{name}({', '.join(repr(a) for a in args)})"
 
 
+def draw_cases(rng: random.Random, family: Family, constants: dict[str, Any], reference: Callable) -> list[tuple]:
+    """TESTS_PER_PROBLEM argument tuples whose expected values are not all the same: tests that one value passes
+    would reward `return <the example's value>` (the prompt shows it), so such draws are redrawn."""
+    while True:
+        cases = [family.arguments(rng, constants) for _ in range(TESTS_PER_PROBLEM)]
+        if len({repr(reference(*args)) for args in cases}) >= 2:
+            return cases
+
+
 def make_problem(rng: random.Random, prompt_id: str) -> tuple[dict, dict]:
     """(prompt record, reference `human` trajectory record) of one problem drawn from `rng`."""
     family = rng.choice(FAMILIES)
@@ -104,7 +113,7 @@ def make_problem(rng: random.Random, prompt_id: str) -> tuple[dict, dict]:
     namespace: dict[str, Any] = {}
     exec(solution, namespace)  # our own generated reference code, never a model's
     reference = namespace[family.name]
-    cases = [family.arguments(rng, constants) for _ in range(TESTS_PER_PROBLEM)]
+    cases = draw_cases(rng, family, constants, reference)
     asserts = "".join(f"    assert candidate({', '.join(map(repr, args))}) == {reference(*args)!r}\n"
                       for args in cases)
     example = _call(family.name, cases[0])

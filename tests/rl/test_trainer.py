@@ -187,7 +187,7 @@ def test_ppo_trains_on_its_online_rollouts_with_a_value_model(lake, fast_model_d
     assert lake.sql(f"SELECT DISTINCT source FROM trajectories WHERE run_id = '{trainer.run_id}'").column(
         "source").to_pylist() == ["ppo"]
     (checkpoint,) = checkpoint_dirs(trainer.run_dir)
-    assert (checkpoint / "value_model.pt").exists()
+    assert (checkpoint / "value_model.safetensors").exists()
 
 
 def test_ppo_at_zero_staleness_has_ratio_one_and_clips_nothing_even_with_tempered_sampling(lake, fast_model_dir,
