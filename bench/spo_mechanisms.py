@@ -1,12 +1,15 @@
 """Ablation of SPO's mechanisms (issue 40 §2) on the tiny demo: the SPO half-online arm with each option of
 TrainConfig.mechanisms against the same arm without, on one demo lake per seed (built once, by the demo's recipe).
 
-Prints, per arm, held-out pass@1 on the skill problems (need * or /) and on the others, and each arm minus the
-baseline arm with paired bootstrap intervals over seeds × problems (spo_lake.demo.stats); writes OUT/ablation.json.
+Prints, per arm, held-out pass@1 on the skill problems (need * or /) and on the others, each arm minus the
+baseline arm with paired bootstrap intervals over seeds × problems (spo_lake.demo.stats), and the divergence
+signature per seed (the largest sample log-ratio `kl` and gradient norm); writes OUT/ablation.json.
 
     .venv/bin/python bench/spo_mechanisms.py --out /tmp/mech [--seeds 0 1] [--full] [--arms baseline negative]
     .venv/bin/python bench/spo_mechanisms.py --out /tmp/mech --from /tmp/demo-out   # reuse demo-built seed-N lakes
     .venv/bin/python bench/spo_mechanisms.py --out /tmp/mech --dry-run   # validate every arm's config, train nothing
+    # the divergence regression check: full mode, seed 1, lr 3e-4 diverged (docs/results-skill-gap.md)
+    .venv/bin/python bench/spo_mechanisms.py --out /tmp/div --full --seeds 1 --lr 3e-4 --arms baseline "cap 23"
 
 Runs skip the training-prompt evaluation and write no rollouts back, so every arm of a seed reads the same lake.
 A run directory that exists is reused (its evaluation is read), so an interrupted ablation continues.
@@ -27,6 +30,7 @@ from spo_lake.lake import Lake
 from spo_lake.models.identity import model_identity
 from spo_lake.pipelines.recipe import load_recipe, run_recipe
 from spo_lake.rl.config import config_from_dict
+from spo_lake.rl.run import read_metrics
 
 ARM = "SPO half-online"
 # arm name → mechanism keys (TrainConfig.mechanisms) on top of the demo's SPO half-online config
@@ -34,6 +38,7 @@ ARMS: dict[str, dict[str, Any]] = {
     "baseline": {},
     "q0_lake_bound": {"q0_lake_bound": True},
     "negative 1": {"negative_weight": 1.0},
+    "negative 0.1": {"negative_weight": 0.1},
     "luffy": {"luffy_lake_tokens": True},
     "cap 23": {"log_ratio_cap": 23.0},
 }
@@ -88,6 +93,7 @@ def main() -> None:
                 print(f"dry run: seed {seed} {name}: {json.dumps({k: config[k] for k in ARMS[name]})} valid")
         return
     results: dict[str, list[dict[str, float]]] = {name: [] for name in args.arms}
+    stability: dict[str, list[tuple[float, float]]] = {name: [] for name in args.arms}
     groups: list[dict[str, str]] = []
     for seed in args.seeds:
         lake_path, pi0_id = seed_lake(out, scale, seed, args.source)
@@ -100,11 +106,13 @@ def main() -> None:
                 train_method(lake_path, name, config, scale.train_steps * scale.online_per_step, out / f"seed-{seed}",
                              print, quiet=True)
             results[name].append(per_prompt_pass(held_out(run_dir, scale.train_steps), 1))
-    report(results, groups, args, out)
+            records = [r for r in read_metrics(run_dir) if "kl" in r]  # the divergence signature (results-skill-gap)
+            stability[name].append((max(r["kl"] for r in records), max(r["grad_norm"] for r in records)))
+    report(results, groups, stability, args, out)
 
 
-def report(results: dict[str, list[dict[str, float]]], groups: list[dict[str, str]], args: argparse.Namespace,
-           out: Path) -> None:
+def report(results: dict[str, list[dict[str, float]]], groups: list[dict[str, str]],
+           stability: dict[str, list[tuple[float, float]]], args: argparse.Namespace, out: Path) -> None:
     def part(per_seed: list[dict[str, float]], group: str) -> list[dict[str, float]]:
         return [{p: v for p, v in seed.items() if g.get(p) == group} for seed, g in zip(per_seed, groups)]
 
@@ -119,11 +127,13 @@ def report(results: dict[str, list[dict[str, float]]], groups: list[dict[str, st
             if base is not None and name != "baseline":
                 d = paired_prompt_difference(values, part(base, group))
                 row[f"{group} Δ"] = [d.mean, d.low, d.high, list(d.per_seed)]
+        row["max sample log-ratio, max grad norm per seed"] = stability[name]
         table[name] = row
         print(f"{name:>15}: " + "  ".join(
             f"{g} {row[g][0]:.3f} ± {row[g][1]:.3f}" + (f" Δ {row[f'{g} Δ'][0]:+.3f} [{row[f'{g} Δ'][1]:+.3f}, "
                                                         f"{row[f'{g} Δ'][2]:+.3f}]" if f"{g} Δ" in row else "")
-            for g in ("skill", "other")))
+            for g in ("skill", "other")) + "  max kl / grad norm " + ", ".join(
+            f"{kl:.1f} / {norm:.0f}" for kl, norm in stability[name]))
     (out / "ablation.json").write_text(json.dumps({"seeds": args.seeds, "arms": table}, indent=2))
 
 

@@ -171,5 +171,5 @@ def test_the_ablation_bench_dry_run_validates_every_arm(tmp_path):
                            "--dry-run", "--seeds", "0", "3", "--lr", "3e-4", "--full"],
                           capture_output=True, text=True, check=True, cwd=ROOT)
     lines = done.stdout.splitlines()
-    assert len(lines) == 2 * 5 and all(line.endswith(" valid") for line in lines)
+    assert len(lines) == 2 * 6 and all(line.endswith(" valid") for line in lines)
     assert '"log_ratio_cap": 23.0' in done.stdout and not (tmp_path / "seed-0").exists()  # built nothing
