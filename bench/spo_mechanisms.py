@@ -9,7 +9,7 @@ signature per seed (the largest sample log-ratio `kl` and gradient norm); writes
     .venv/bin/python bench/spo_mechanisms.py --out /tmp/mech --from /tmp/demo-out   # reuse demo-built seed-N lakes
     .venv/bin/python bench/spo_mechanisms.py --out /tmp/mech --dry-run   # validate every arm's config, train nothing
     # the divergence regression check: full mode, seed 1, lr 3e-4 diverged (docs/results-skill-gap.md)
-    .venv/bin/python bench/spo_mechanisms.py --out /tmp/div --full --seeds 1 --lr 3e-4 --arms baseline "cap 23"
+    .venv/bin/python bench/spo_mechanisms.py --out /tmp/div --full --seeds 1 --lr 3e-4 --arms baseline "no cap"
 
 Runs skip the training-prompt evaluation and write no rollouts back, so every arm of a seed reads the same lake.
 A run directory that exists is reused (its evaluation is read), so an interrupted ablation continues.
@@ -35,12 +35,12 @@ from spo_lake.rl.run import read_metrics
 ARM = "SPO half-online"
 # arm name → mechanism keys (TrainConfig.mechanisms) on top of the demo's SPO half-online config
 ARMS: dict[str, dict[str, Any]] = {
-    "baseline": {},
+    "baseline": {},  # the defaults (log_ratio_cap 2.0, the others off)
     "q0_lake_bound": {"q0_lake_bound": True},
     "negative 1": {"negative_weight": 1.0},
     "negative 0.1": {"negative_weight": 0.1},
     "luffy": {"luffy_lake_tokens": True},
-    "cap 23": {"log_ratio_cap": 23.0},
+    "no cap": {"log_ratio_cap": 0.0},
 }
 
 

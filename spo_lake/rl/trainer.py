@@ -427,7 +427,7 @@ class Trainer:
                            eps=self.config.algorithm.ce_eps, advantage_scale=self.config.algorithm.advantage_scale,
                            token_weights=luffy_token_weights(policy_lp[rows]) if m.luffy_lake_tokens and not online
                            else None, negative_weight=m.negative_weight if online else 0.0,
-                           log_ratio_cap=m.log_ratio_cap)
+                           log_ratio_cap=m.log_ratio_cap / self.config.algorithm.beta)
             if m.log_ratio_cap:
                 stats.add("guarded", out.guarded, len(rows))
             if m.q0_lake_bound:

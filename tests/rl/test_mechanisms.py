@@ -79,14 +79,14 @@ def test_a_never_solved_prompt_with_a_known_correct_lake_row_gets_the_lake_bound
 
 
 def test_the_trainer_trains_with_the_lake_bounded_q0_only_when_asked(lake, fast_model_dir, tmp_path):
-    q0s = {}
-    for on in (False, True):
-        trainer = Trainer(config(fast_model_dir, tmp_path, f'run_name="b{on}"', "log_ratio_cap=1000.0",
-                                 f"q0_lake_bound={str(on).lower()}"), lake, show_progress=False)
+    records = {}
+    for on in (False, True):  # off: also without the default divergence guard, which then logs nothing
+        extra = [f"q0_lake_bound={str(on).lower()}"] + ([] if on else ["log_ratio_cap=0.0"])
+        trainer = Trainer(config(fast_model_dir, tmp_path, f'run_name="b{on}"', *extra), lake, show_progress=False)
         trainer.train()
-        (record,) = read_metrics(trainer.run_dir)
-        q0s[on] = record.get("q0")
-    assert q0s[False] is None and q0s[True] > -1.0 + 1e-3  # every prompt here was never solved (Q̂0 = −1)
+        (records[on],) = read_metrics(trainer.run_dir)
+    assert "q0" not in records[False] and records[True]["q0"] > -1.0 + 1e-3  # all here never solved (Q̂0 = −1)
+    assert "guarded" not in records[False] and 0 <= records[True]["guarded"] <= 1  # the guard is on by default
 
 
 def _wrong_online_batch(lake, policy):
@@ -172,4 +172,4 @@ def test_the_ablation_bench_dry_run_validates_every_arm(tmp_path):
                           capture_output=True, text=True, check=True, cwd=ROOT)
     lines = done.stdout.splitlines()
     assert len(lines) == 2 * 6 and all(line.endswith(" valid") for line in lines)
-    assert '"log_ratio_cap": 23.0' in done.stdout and not (tmp_path / "seed-0").exists()  # built nothing
+    assert '"log_ratio_cap": 0.0' in done.stdout and not (tmp_path / "seed-0").exists()  # built nothing
