@@ -79,13 +79,15 @@ def test_a_never_solved_prompt_with_a_known_correct_lake_row_gets_the_lake_bound
 
 
 def test_the_trainer_trains_with_the_lake_bounded_q0_only_when_asked(lake, fast_model_dir, tmp_path):
+    solved = lake.sql('SELECT max(n_success) AS s FROM "values" WHERE trajectory_id IS NULL', "base").column("s")[0]
+    assert solved.as_py() == 0  # so every Q̂0 from π0's samples is −1, and a mean above it is the bound's doing
     records = {}
     for on in (False, True):  # off: also without the default divergence guard, which then logs nothing
         extra = [f"q0_lake_bound={str(on).lower()}"] + ([] if on else ["log_ratio_cap=0.0"])
         trainer = Trainer(config(fast_model_dir, tmp_path, f'run_name="b{on}"', *extra), lake, show_progress=False)
         trainer.train()
         (records[on],) = read_metrics(trainer.run_dir)
-    assert "q0" not in records[False] and records[True]["q0"] > -1.0 + 1e-3  # all here never solved (Q̂0 = −1)
+    assert "q0" not in records[False] and records[True]["q0"] > -1.0 + 1e-3
     assert "guarded" not in records[False] and 0 <= records[True]["guarded"] <= 1  # the guard is on by default
 
 
