@@ -199,6 +199,41 @@ class RunConfig:
     score_batch_size: int = 16  # sequences per forward of the live reference model
 
 
+# ---------------------------------------------------------------------------------------------- mechanisms
+# SPO mechanisms for prompts π0 rarely solves (issue 40 §2; docs/algorithms.md "Mechanisms"; measured by
+# bench/spo_mechanisms.py). This block is owned by the mechanisms work: keys, defaults and their checks live here.
+
+
+@dataclass
+class MechanismConfig:
+    """Options on SPO's loss and targets, each 0/false = off (spo_lake.rl.losses, "mechanisms")."""
+
+    # Q̂0 of every prompt ≥ the lake's lower bound β·log(M + (1−M)·e^{−1/β}), M = Σ π0(y) over its distinct correct
+    # rows with cached π0 log-probs (losses.lake_bounded_q0)
+    q0_lake_bound: bool = False
+    # online sequences with r < 0: + negative_weight·sg(min(1, πθ/π0))·log πθ/π0 (losses.negative_push, NSR/TOPR)
+    negative_weight: float = 0.0
+    # lake rows: each token's gradient × 4γπ/(π+γ)², γ = 0.1 (losses.luffy_token_weights, LUFFY)
+    luffy_lake_tokens: bool = False
+    # drop from the loss every sequence whose |Σ log πθ/π0| exceeds log_ratio_cap/β nats (losses.far_off_policy):
+    # twice the most any target asks (1/β for r ∈ {0, −1}); 0 = off. On by default: bit-identical in the 5 stable
+    # runs measured (it never fired), and in the seed that diverged at lr 3e-4 it cut the largest sample log-ratio
+    # 56 → 13 nats, skill pass@1 +0.026 [+0.003, +0.056] (docs/algorithms.md "Mechanisms")
+    log_ratio_cap: float = 2.0
+
+
+def _validate_mechanisms(c: TrainConfig) -> None:
+    m = c.mechanisms
+    _check(m.negative_weight >= 0 and m.log_ratio_cap >= 0,
+           f"config: negative_weight and log_ratio_cap must be >= 0, got {m.negative_weight}, {m.log_ratio_cap}")
+    changed = [k for k, v in asdict(m).items() if v != getattr(MechanismConfig(), k)]
+    _check(c.algorithm.name == "spo" or not changed,
+           f"config: {', '.join(changed)} are SPO options (algorithm = \"spo\")")
+
+
+# ---------------------------------------------------------------------------------------------- end mechanisms
+
+
 @dataclass
 class TrainConfig:
     """A run's settings, one section per component. The TOML file (and `--set`) uses flat keys: KEYS maps each to
@@ -213,6 +248,7 @@ class TrainConfig:
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    mechanisms: MechanismConfig = field(default_factory=MechanismConfig)
 
     @classmethod
     def from_keys(cls, **keys: Any) -> TrainConfig:
@@ -325,6 +361,7 @@ def validate(c: TrainConfig) -> TrainConfig:
            f"config: the online share of a batch ({online}) is not divisible by "
            f"samples_per_prompt {r.samples_per_prompt}")
     _validate_grpo(c, online)
+    _validate_mechanisms(c)
     return c
 
 

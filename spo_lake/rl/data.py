@@ -276,3 +276,19 @@ def fetch_problems(con, prompt_ids: Sequence[str]) -> dict[str, Problem]:
                    "QUALIFY row_number() OVER (PARTITION BY prompt_id ORDER BY created_at) = 1").to_arrow_table()
     con.unregister("wanted")
     return {r["prompt_id"]: Problem.from_row(r) for r in rows.to_pylist()}
+
+
+def solution_log_mass(lake: Lake, snapshot: str | Snapshot, pi0_id: str) -> dict[str, float]:
+    """{prompt_id: log Σ_{y∈K} π0(y)} over K, the prompt's distinct correct responses (by text) whose π0 log-probs the
+    lake caches: the mass losses.lake_bounded_q0 bounds V* with. Prompts without such a row are absent."""
+    rows = lake.sql(f"""
+        WITH verdicts AS ({VERDICT_SQL}),
+        solutions AS (
+            SELECT t.prompt_id, list_sum(lp.logprobs) AS logp FROM trajectories t JOIN verdicts v USING (trajectory_id)
+            JOIN logprobs lp USING (trajectory_id)
+            WHERE v.passed AND lp.model_id = $pi0 AND len(lp.logprobs) > 0
+            QUALIFY row_number() OVER (PARTITION BY t.prompt_id, t.response_text ORDER BY t.trajectory_id) = 1)
+        SELECT prompt_id, max(logp) + ln(sum(exp(logp - max_logp))) AS log_mass
+        FROM (SELECT *, max(logp) OVER (PARTITION BY prompt_id) AS max_logp FROM solutions) GROUP BY prompt_id
+        """, snapshot, params={"pi0": pi0_id}).to_pylist()
+    return {r["prompt_id"]: min(float(r["log_mass"]), 0.0) for r in rows}

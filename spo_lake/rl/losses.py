@@ -122,6 +122,7 @@ class SPOLossOutput:
     abs_err_mean: torch.Tensor  # mean |Q_T − r|
     advantage_mean: torch.Tensor  # mean A_t over valid tokens
     kl_estimate: torch.Tensor  # mean over sequences of Σ_t (log πθ − log π0)
+    guarded: int = 0  # sequences the divergence guard (log_ratio_cap) dropped from the loss
 
 
 def spo_loss(
@@ -139,6 +140,9 @@ def spo_loss(
     mc_mask: torch.Tensor | None = None,
     eps: float = 1e-6,
     advantage_scale: float = 1.0,
+    token_weights: torch.Tensor | None = None,
+    negative_weight: float = 0.0,
+    log_ratio_cap: float = 0.0,
 ) -> SPOLossOutput:
     """SPO off-policy loss on any trajectories, from any source (§3.1.2), averaged over sequences.
 
@@ -152,6 +156,9 @@ def spo_loss(
     Optional Monte-Carlo targets (§3.1.3) add Σ_p L(Q_p, β·log(S + (1−S)·e^{−1/β})) per sequence:
     mc_positions (B, M) long (p = after the first p response tokens), mc_success (B, M) in [0, 1], mc_mask (B, M).
     The log-probs are upcast to at least float32 so long cumulative sums keep their precision.
+    Mechanisms (off by default; TrainConfig.mechanisms): token_weights (B, T) scale each token's gradient (LUFFY,
+    luffy_token_weights); negative_weight > 0 adds negative_push on sequences with r < 0; log_ratio_cap > 0 drops
+    the sequences far_off_policy flags from the loss.
 
     kl_estimate is the mean sequence log-ratio Σ_t (log πθ − log π0); it estimates KL[πθ, π0] only when the
     sequences were sampled from πθ itself (on-policy), otherwise it is just a drift diagnostic.
@@ -176,10 +183,14 @@ def spo_loss(
     mc_given = [t is not None for t in (mc_positions, mc_success, mc_mask)]
     if any(mc_given) and not all(mc_given):
         raise ValueError("give all of mc_positions, mc_success and mc_mask, or none")
+    if negative_weight < 0 or log_ratio_cap < 0:
+        raise ValueError(f"negative_weight and log_ratio_cap must be >= 0, got {negative_weight}, {log_ratio_cap}")
     lengths = sequence_lengths(mask)
 
     dtype = torch.promote_types(policy_logprobs.dtype, torch.float32)
     policy_logprobs, ref_logprobs = policy_logprobs.to(dtype), ref_logprobs.to(dtype)
+    if token_weights is not None:
+        policy_logprobs = scale_gradient(policy_logprobs, token_weights.to(dtype))
     reward, q0 = reward.to(dtype), q0.to(dtype)
     log_ratio = _masked_log_ratio(policy_logprobs, ref_logprobs, mask)  # (B, T)
     q = cumulative_q(policy_logprobs, ref_logprobs, q0, mask, beta)  # (B, T+1)
@@ -200,6 +211,10 @@ def spo_loss(
         )
     if mc_positions is not None:
         per_sequence = per_sequence + _mc_loss(q, lengths, mc_positions, mc_success, mc_mask, beta, loss, eps)
+    if negative_weight:
+        per_sequence = per_sequence + negative_push(log_ratio.sum(dim=1), reward < 0, negative_weight)
+    guarded = far_off_policy(log_ratio.sum(dim=1), log_ratio_cap if log_ratio_cap else math.inf)
+    per_sequence = torch.where(guarded, torch.zeros_like(per_sequence), per_sequence)
 
     q_terminal, log_ratio = q_terminal.detach(), log_ratio.detach()
     return SPOLossOutput(
@@ -209,4 +224,53 @@ def spo_loss(
         abs_err_mean=(q_terminal - reward).abs().mean(),
         advantage_mean=beta * log_ratio.sum() / lengths.sum().clamp(min=1),
         kl_estimate=log_ratio.sum(dim=1).mean(),
+        guarded=int(guarded.sum()),
     )
+
+
+# ---------------------------------------------------------------------------------------------- mechanisms
+# Options for what SPO's terminal target leaves untouched (docs/algorithms.md "Mechanisms"); each is off by default
+# (TrainConfig.mechanisms) and measured by bench/spo_mechanisms.py.
+
+
+def lake_bounded_q0(q0: torch.Tensor, solution_log_mass: torch.Tensor, beta: float) -> torch.Tensor:
+    """max(Q̂0, β·log(M + (1−M)·e^{−1/β})) with M = Σ_{y∈K} π0(y) over the lake's distinct correct solutions K.
+
+    V*(x) = β·log E_{π0}[e^{r/β}] ≥ that bound for r ∈ {0, −1} (off-policy notes §1): a prompt π0's few samples
+    never solved gets Q̂0 above −1, so a wrong answer's target log-ratio (r − Q̂0)/β turns negative.
+    solution_log_mass: log M per sequence, −inf where the lake holds no solution (then Q̂0 is unchanged).
+    """
+    mass = solution_log_mass.clamp(max=0.0)
+    bound = beta * torch.logaddexp(mass, log1mexp(mass.clamp(max=-1e-12)) - 1.0 / beta)
+    return torch.where(torch.isfinite(solution_log_mass), torch.maximum(q0, bound), q0)
+
+
+def negative_push(log_ratio_seq: torch.Tensor, wrong: torch.Tensor, weight: float) -> torch.Tensor:
+    """Bounded negative reinforcement on wrong sequences: weight·sg(min(1, e^ℓ))·ℓ, ℓ = Σ_t log πθ/π0, (B,).
+
+    Its gradient is weight·min(1, πθ(y)/π0(y))·∇log πθ(y): NSR's push-down (arXiv 2506.01347) with TOPR's clamp of the
+    ratio to [0, 1] (arXiv 2503.14286), so the push fades once πθ(y) falls below π0(y) and the term stays in
+    [−weight/e, ∞) instead of driving log πθ(y) to −∞.
+    """
+    clamped = torch.exp(log_ratio_seq.detach()).clamp(max=1.0)
+    return torch.where(wrong, weight * clamped * log_ratio_seq, torch.zeros_like(log_ratio_seq))
+
+
+def luffy_token_weights(policy_logprobs: torch.Tensor, gamma: float = 0.1) -> torch.Tensor:
+    """Per-token gradient weights 4γπ/(π+γ)² ∈ (0, 1], π = πθ(a_t) detached: LUFFY's shaping f(π) = π/(π+γ)
+    (arXiv 2504.14945), whose gradient is γπ/(π+γ)²·∇log π, scaled to 1 at its peak π = γ."""
+    p = torch.exp(policy_logprobs.detach())
+    return 4.0 * gamma * p / (p + gamma) ** 2
+
+
+def scale_gradient(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """x in the forward pass, weight·∇x in the backward pass."""
+    return x.detach() + weight * (x - x.detach())
+
+
+def far_off_policy(log_ratio_seq: torch.Tensor, cap: float) -> torch.Tensor:
+    """Sequences whose |Σ_t log πθ/π0| exceeds `cap` nats, (B,) bool: a divergence guard drops them from the loss.
+
+    SPO's targets ask for at most 1/β ≈ 11.5 nats up (r − Q̂0 ≤ 1 for r ∈ {0, −1}); a diverging run's samples sat
+    at hundreds of nats (docs/results-skill-gap.md), where each wrong one's CE gradient is ~1/ce_eps per token."""
+    return log_ratio_seq.detach().abs() > cap

@@ -43,12 +43,12 @@ from spo_lake.rl.config import (
     inject_per_group,
     stream_counts,
 )
-from spo_lake.rl.data import LakeStream, StreamSettings, online_prompts
+from spo_lake.rl.data import LakeStream, StreamSettings, online_prompts, solution_log_mass
 from spo_lake.rl.distributed import current_world
 from spo_lake.rl.evaluation import EvalSettings, evaluate_policy, select_problems
 from spo_lake.rl.examples import Batch, Example, collate
 from spo_lake.rl.grpo_math import group_advantages, grpo_loss
-from spo_lake.rl.losses import spo_loss
+from spo_lake.rl.losses import lake_bounded_q0, luffy_token_weights, spo_loss
 from spo_lake.rl.memory import saved_for_backward, training_state
 from spo_lake.rl.mixer import Mixer
 from spo_lake.rl.ppo import PPOSettings, ValueModel, ppo_loss
@@ -155,6 +155,9 @@ class Trainer:
         self.versions = PolicyVersions()
         self._last_rollouts: dict[str, Any] = {}
         self._build_streams()
+        # mechanisms.q0_lake_bound: log Σ π0(y) of each prompt's correct lake rows, read once from the pinned snapshot
+        self.solution_log_mass = solution_log_mass(lake, self.snapshot, config.model.pi0_id) \
+            if config.mechanisms.q0_lake_bound and config.algorithm.name == "spo" else {}
         if self.checkpoint is not None:
             self._load_checkpoint(self.checkpoint)
         self.eval_problems = select_problems(lake, config.eval.where, self.snapshot, config.eval.max_prompts) \
@@ -359,6 +362,8 @@ class Trainer:
         surrogate with the micro-batch's `advantages`, SPO's loss or PPO's."""
         c = self.config
         batch = collate(examples, self.policy.pad_id).to(self.device)
+        if self.solution_log_mass:
+            batch.q0 = self._lake_bounded_q0(examples, batch.q0)
         policy_lp = response_log_probs(self.model, batch)  # log πθ, with gradient
         if sft:
             loss = -torch.where(batch.response_mask, policy_lp, 0.0).sum() / batch_tokens
@@ -408,6 +413,12 @@ class Trainer:
         stats.add("advantage_abs", advantages.abs().sum().item(), len(advantages))
         return out.loss
 
+    def _lake_bounded_q0(self, examples: list[Example], q0: torch.Tensor) -> torch.Tensor:
+        """Q̂0 raised to the lake's lower bound on V* (losses.lake_bounded_q0) where the lake holds solutions."""
+        mass = torch.tensor([self.solution_log_mass.get(e.prompt_id, -math.inf) for e in examples],
+                            dtype=q0.dtype, device=q0.device)
+        return lake_bounded_q0(q0, mass, self.config.algorithm.beta)
+
     def _spo_loss(self, policy_lp: torch.Tensor, ref_lp: torch.Tensor, batch: Batch, stats: Stats) -> torch.Tensor:
         """Σ over the batch's streams of the summed per-sequence SPO losses, divided by the full batch size (so
         micro-batches add up to the mean over the batch)."""
@@ -418,9 +429,17 @@ class Trainer:
             objective, loss_name = self.config.stream_objective(stream)
             mc = {"mc_positions": batch.mc_positions[rows], "mc_success": batch.mc_success[rows],
                   "mc_mask": batch.mc_mask[rows]} if stream.mc else {}
+            m, online = self.config.mechanisms, stream.kind == "online"
             out = spo_loss(policy_lp[rows], ref_lp[rows], batch.response_mask[rows], batch.reward[rows],
                            batch.q0[rows], self.config.algorithm.beta, objective=objective, loss=loss_name, **mc,
-                           eps=self.config.algorithm.ce_eps, advantage_scale=self.config.algorithm.advantage_scale)
+                           eps=self.config.algorithm.ce_eps, advantage_scale=self.config.algorithm.advantage_scale,
+                           token_weights=luffy_token_weights(policy_lp[rows]) if m.luffy_lake_tokens and not online
+                           else None, negative_weight=m.negative_weight if online else 0.0,
+                           log_ratio_cap=m.log_ratio_cap / self.config.algorithm.beta)
+            if m.log_ratio_cap:
+                stats.add("guarded", out.guarded, len(rows))
+            if m.q0_lake_bound:
+                stats.add("q0", batch.q0[rows].sum().item(), len(rows))
             total = total + out.per_sequence.sum() / self.config.optim.batch_size
             n = len(rows)
             stats.add(f"loss/{stream.name}", out.per_sequence.sum().item(), n)
