@@ -188,6 +188,17 @@ def second_source(exp: Experiment, scale: DemoScale, seed: int, path: Path) -> i
     return len(rows)
 
 
+def countdown_groups(lake: Lake, snapshot: str | None = None) -> dict[str, str]:
+    """{prompt_id: "skill" | "other"} of a lake's countdown prompts: "skill" when every solution needs * or /."""
+    from spo_lake.tasks.countdown import needs_product
+
+    groups = {}
+    for r in lake.sql("SELECT prompt_id, tests FROM prompts WHERE task = 'countdown'", snapshot).to_pylist():
+        tests = json.loads(r["tests"]) if isinstance(r["tests"], str) else r["tests"]
+        groups[r["prompt_id"]] = "skill" if needs_product(tests["numbers"], tests["target"]) else "other"
+    return groups
+
+
 def stratum(n: int, successes: int) -> str:
     """never / rare / common from π0's Q0 counts (no samples counts as never: nothing says π0 solves it)."""
     if successes == 0:
@@ -219,8 +230,6 @@ def problem_groups(exp: Experiment, seed_dir: Path, seed: int) -> tuple[dict[str
     """({prompt_id: "skill" | "other"}, the strata behind them or None) of a seed's lake at its snapshot."""
     lake = Lake.open(str(seed_dir / "lake"))
     if exp.name == "countdown":
-        from spo_lake.demo.report import problem_groups as countdown_groups
-
         return countdown_groups(lake, f"demo-{seed}"), None
     from spo_lake.models.identity import model_identity
 

@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from spo_lake.console import console
+from spo_lake.demo.experiment import COUNTDOWN, EXPERIMENTS
+from spo_lake.demo.experiment import countdown_groups as problem_groups
 from spo_lake.demo.lake_fit import PI0, seed_fit
 from spo_lake.demo.stats import Paired, mean_std, paired_prompt_difference, paired_seed_difference, per_prompt_pass
 from spo_lake.lake import Lake
 from spo_lake.models.identity import model_identity
 from spo_lake.pipelines.q0 import latest_prompt_values
-from spo_lake.tasks.countdown import needs_product
 
 HEADLINE = "SPO half-online"
 BEST_ONLINE = "best online-only arm"  # resolved per report: the online-only arm with the highest mean
@@ -100,16 +101,6 @@ def prompt_groups(out: Path, seed: int) -> dict[str, str]:
     if fixed.is_file():
         return cast(dict[str, str], json.loads(fixed.read_text())["groups"])
     return problem_groups(Lake.open(str(out / f"seed-{seed}" / "lake")))
-
-
-def problem_groups(lake: Lake, snapshot: str | None = None) -> dict[str, str]:
-    """{prompt_id: "skill" | "other"} of a lake's countdown prompts."""
-    rows = lake.sql("SELECT prompt_id, tests FROM prompts WHERE task = 'countdown'", snapshot).to_pylist()
-    groups = {}
-    for r in rows:
-        tests = json.loads(r["tests"]) if isinstance(r["tests"], str) else r["tests"]
-        groups[r["prompt_id"]] = "skill" if needs_product(tests["numbers"], tests["target"]) else "other"
-    return groups
 
 
 def starting_point(out: Path, seed: int, prefix: str | None = None) -> dict[str, dict[str, Any]]:
@@ -501,8 +492,6 @@ def _rate(value: float | None) -> str:
 def write_report(out: Path, seeds: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     """report.md, demo_metrics.json, pass_at_k.png and pts_curve.png in `out`; returns the aggregated summary. A seed
     whose arms ran at several lrs is reduced to each arm's chosen lr first (choose_lrs); the sweep is reported."""
-    from spo_lake.demo.experiment import COUNTDOWN, EXPERIMENTS
-
     exp = next((e for e in EXPERIMENTS.values() if e.name == meta.get("experiment", "countdown")), COUNTDOWN)
     labels, scale = dict(exp.labels), meta.get("scale") or {}
     all_seeds = seeds

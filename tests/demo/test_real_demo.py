@@ -26,7 +26,7 @@ def test_every_real_arm_samples_the_same_online_rollouts_and_reads_only_training
     assert {name for name, _, _ in runs.values()} == set(SMOLLM2.arms)
     assert {lr for _, lr, _ in runs.values()} == set(scale.lrs) and len(runs) == len(SMOLLM2.arms) * len(scale.lrs)
     online = set()
-    for label, (name, lr, config) in runs.items():
+    for label, (_, lr, config) in runs.items():
         path = tmp_path / "c.toml"
         path.write_text(_toml(config))
         loaded = load_config(path)
