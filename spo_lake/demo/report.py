@@ -236,7 +236,8 @@ def table_rows(out: Path, seeds: list[dict[str, Any]]) -> list[list[str]]:
             r.setdefault("s/step", []).append(m["step_s"])
             if m.get("state_mb") is not None:
                 r.setdefault("state MB", []).append(m["state_mb"])
-            r.setdefault("peak RSS MB", []).append(m["peak_rss_mb"])
+            if m.get("peak_rss_mb") is not None:
+                r.setdefault("peak RSS MB", []).append(m["peak_rss_mb"])
             if m.get("lr") is not None:
                 r.setdefault("lr", []).append(m["lr"])
     order = [PI0] + [m["method"] for m in seeds[0]["methods"]]
@@ -517,7 +518,9 @@ def write_report(out: Path, seeds: list[dict[str, Any]], meta: dict[str, Any]) -
                                                  group, 1)
     shape = (f"{scale.get('eval_max_prompts', '?')} held-out problems × {n} samples, {scale.get('train_steps', '?')} "
              f"steps, {len(seeds)} seed(s)")
-    plain = decisions(claims, rows, labels, k, shape)
+    plain = [f"Partial report: seed {s['seed']}'s runs {', '.join(s['unfinished'])} did not finish; the claims that "
+             "need them are left out, and each arm's lr is chosen among its finished runs only."
+             for s in all_seeds if s.get("unfinished")] + decisions(claims, rows, labels, k, shape)
     summary = {**meta, "seeds": seeds, "starting_point": start, "table": {"columns": columns, "rows": rows},
                "lr_sweep": sweep, "decisions": plain,
                "claims": [{**asdict(c), "text": display(c.text, labels, k), **asdict(p), "verdict": c.verdict(p)}
@@ -581,7 +584,9 @@ def write_report(out: Path, seeds: list[dict[str, Any]], meta: dict[str, Any]) -
     for s in seeds:
         resumed = [m["method"] for m in s["methods"] if m["resumed"]]
         note = f" (resumed runs, wall time of the continuation only: {', '.join(resumed)})" if resumed else ""
-        lines += [f"Seed {s['seed']}: lake built in {s['recipe_seconds']} s, seed total {s['total_seconds']} s{note}.",
+        timing = f"lake built in {s['recipe_seconds']} s, seed total {s['total_seconds']} s" \
+            if s.get("total_seconds") is not None else "read back from its finished runs (--partial)"
+        lines += [f"Seed {s['seed']}: {timing}{note}.",
                   "", "| step | summary | seconds |", "|---|---|---|",
                   *[f"| {r['step']} | {r['summary']} | {r['seconds']} |" for r in s["recipe_steps"]], ""]
     (out / "report.md").write_text("\n".join(lines) + "\n")

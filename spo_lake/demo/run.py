@@ -29,11 +29,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from spo_lake.console import console, progress_bar
 from spo_lake.demo.experiment import COUNTDOWN, EXPERIMENTS, DemoScale, Experiment, prepare_models, second_source
 from spo_lake.demo.experiment import problem_groups as experiment_groups
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.pipelines.recipe import Recipe, load_recipe, run_recipe
 from spo_lake.rl.run import read_metrics
@@ -159,14 +160,18 @@ class MethodResult:
     curve: list[dict[str, float]]  # every evaluation, step 0 (π0) included
     wall_s: float
     step_s: float  # mean seconds per training step (evaluations excluded)
-    peak_rss_mb: float
+    peak_rss_mb: float | None  # None: not measured (a run read back from its directory, `--partial`)
     state_mb: float | None  # the training state by tensor at the first step (spo_lake.rl.memory); None: not counted
     online_samples: int
     resumed: bool  # the run continued an earlier, interrupted one: its wall time covers only the continuation
 
     @property
     def gap(self) -> float | None:
-        return self.final["pass@10"] - self.final["pass@1"] if self.final else None
+        """pass@k − pass@1 at the last evaluation, k the larger one evaluated (10 for the tiny demo)."""
+        if not self.final:
+            return None
+        k = max(int(key.split("@")[1]) for key in self.final if key.startswith("pass@"))
+        return self.final[f"pass@{k}"] - self.final["pass@1"]
 
 
 # The `spolake train` children running now. An interrupted demo (Ctrl-C, or SIGTERM, which `spolake demo` turns
@@ -212,12 +217,18 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
     if os.waitstatus_to_exitcode(status) != 0:
         where = f"; its output: {log_path}" if quiet else ""
         raise RuntimeError(f"{name}: training exited with {os.waitstatus_to_exitcode(status)}{where}")
-    records = read_metrics(run_dir)
+    return run_result(name, config, online_samples, time.perf_counter() - started, usage.ru_maxrss / 1024, resumed)
+
+
+def run_result(name: str, config: dict[str, Any], online_samples: int, wall_s: float, peak_rss_mb: float | None,
+               resumed: bool) -> MethodResult:
+    """A run's outcome from its directory: evaluations (step 0 included), seconds per step, training state."""
+    records = read_metrics(Path(config["run_dir"]) / config["run_name"])
     curve = [{k: v for k, v in r.items() if k == "step" or "pass@" in k} for r in records if "pass@1" in r]
     steps = [r["seconds"] for r in records if "seconds" in r]
     state = next((r["state/total_mb"] for r in records if "state/total_mb" in r), None)
-    return MethodResult(name, config["run_name"], curve[-1] if curve else {}, curve, time.perf_counter() - started,
-                        sum(steps) / max(len(steps), 1), usage.ru_maxrss / 1024, state, online_samples, resumed)
+    return MethodResult(name, config["run_name"], curve[-1] if curve else {}, curve, wall_s,
+                        sum(steps) / max(len(steps), 1), peak_rss_mb, state, online_samples, resumed)
 
 
 def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_samples: int, out: Path,
@@ -329,6 +340,7 @@ def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None],
     recipe = load_recipe(exp.recipe, recipe_vars(out, scale, seed, exp))
     build_models(recipe, out, jobs, log)
     steps = run_recipe(recipe, lake, log=log)
+    (out / "recipe_steps.json").write_text(json.dumps(steps, indent=1, default=str))
     groups, strata = experiment_groups(exp, out, seed)
     (out / "groups.json").write_text(json.dumps({"groups": groups, "strata": strata}, indent=1))
     recipe_s = time.perf_counter() - started
@@ -348,6 +360,32 @@ def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None],
     return summary
 
 
+def partial_seed(out: Path, scale: DemoScale, seed: int, exp: Experiment,
+                 arms: tuple[str, ...] | None = None) -> dict[str, Any] | None:
+    """A seed's summary over the runs that finished, for a demo stopped before its end (`--partial`): each run read
+    back from its directory (wall time: its steps' seconds, evaluations excluded; peak RSS not measured). None when
+    no run finished. `unfinished` names the others: the report says which claims they leave out."""
+    from spo_lake.rl.run import checkpoint_dirs
+
+    if (out / "summary.json").exists():
+        return cast(dict[str, Any], json.loads((out / "summary.json").read_text()))
+    done, missing = [], []
+    for label, (name, lr, config) in sweep_runs(exp, scale, out, seed, arms).items():
+        run_dir = Path(config["run_dir"]) / config["run_name"]
+        if not run_dir.exists() or _steps_done(run_dir) < config["steps"] or not checkpoint_dirs(run_dir):
+            missing.append(label)
+            continue
+        result = run_result(name, config, scale.train_steps * scale.online_per_step, 0.0, None, False)
+        result.wall_s = sum(r["seconds"] for r in read_metrics(run_dir) if "seconds" in r)
+        done.append({**asdict(result), "method": name, "lr": lr, "gap": result.gap, "lake_share": lake_share(config),
+                     "online_reward": online_reward(run_dir)})
+    if not done:
+        return None
+    steps = json.loads((out / "recipe_steps.json").read_text()) if (out / "recipe_steps.json").exists() else []
+    return {"seed": seed, "recipe_steps": steps, "recipe_seconds": None, "total_seconds": None, "methods": done,
+            "unfinished": missing}
+
+
 def online_reward(run_dir: Path) -> float | None:
     """The mean reward of a run's online rollouts over its last half of online steps: the lr sweep's criterion. It
     is measured on the training problems by every arm alike, so choosing on it never looks at held-out problems."""
@@ -357,10 +395,11 @@ def online_reward(run_dir: Path) -> float | None:
 
 
 def run_demo(out: Path, *, quick: bool = False, seeds: tuple[int, ...] | None = None, jobs: int | None = None,
-             log: Callable[[str], None] = print, model: str = "tiny",
-             arms: tuple[str, ...] | None = None) -> dict[str, Any]:
+             log: Callable[[str], None] = print, model: str = "tiny", arms: tuple[str, ...] | None = None,
+             partial: bool = False) -> dict[str, Any]:
     """All seeds, then the report over them; returns the aggregated summary (also in demo_metrics.json). `jobs`
-    training runs go side by side (default: one per core for the tiny model, one at a time for a real one)."""
+    training runs go side by side (default: one per core for the tiny model, one at a time for a real one).
+    `partial`: train nothing; report over the runs that finished (partial_seed)."""
     import torch
 
     from spo_lake.demo.report import write_report
@@ -376,6 +415,13 @@ def run_demo(out: Path, *, quick: bool = False, seeds: tuple[int, ...] | None = 
     jobs = jobs or ((os.cpu_count() or 1) if exp.one_thread else 1)
     out = out.resolve()
     per_seed = []
+    if partial:
+        found = [partial_seed(out / f"seed-{seed}", scale, seed, exp, arms) for seed in seeds]
+        per_seed = [s for s in found if s is not None]
+        if not per_seed:
+            raise InputError(f"--partial: no finished run under {out} for seeds {', '.join(map(str, seeds))}")
+        return write_report(out, per_seed, {"quick": quick, "experiment": exp.name, "scale": asdict(scale),
+                                            "partial": True})
     for i, seed in enumerate(seeds):
         log(f"[bold]seed {seed}[/bold] ({i + 1}/{len(seeds)}, {'quick' if quick else 'full'} mode, {exp.name})")
         per_seed.append(run_seed(out / f"seed-{seed}", scale, seed, log, jobs, exp, arms))

@@ -1,6 +1,7 @@
 """The real-model demo's logic without a real model (fast tier): the arms' configs and lake selections, the strata from
 synthetic Q0 rows, the second source, the lr choice, and the report's plain words. The plumbing on the real SmolLM2
 is tests/demo/test_real_demo_plumbing.py (slow, real_model)."""
+import dataclasses
 import json
 
 import pytest
@@ -166,3 +167,29 @@ def test_unknown_arm_or_model_is_one_line(tmp_path, arms, message):
     result = CliRunner().invoke(app, ["demo", "--model", "gpt5", "--out", str(tmp_path / "o")])
     assert result.exit_code != 0 and "--model 'gpt5': choose one of tiny, smollm2" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_partial_seed_reads_back_the_finished_runs_and_names_the_others(tmp_path):
+    """A demo stopped before its end: `--partial` reports over the runs that finished, read from their directories."""
+    from spo_lake.demo.run import partial_seed
+    from spo_lake.rl.run import CHECKPOINT_PREFIX
+
+    scale = dataclasses.replace(SMOLLM2.quick, train_steps=2)
+    out = tmp_path / "seed-0"
+    runs = sweep_runs(SMOLLM2, scale, out, 0, ("GRPO", "SPO half-online"))
+    (_, _, done), (_, _, stopped) = runs["GRPO"], runs["SPO half-online"]
+    for config, steps in ((done, 2), (stopped, 1)):  # SPO half-online stopped after its first step
+        run_dir = out / "runs" / config["run_name"]
+        (run_dir / "checkpoints" / f"{CHECKPOINT_PREFIX}{steps}").mkdir(parents=True)
+        records = [{"step": 0, "pass@1": 0.25, "pass@2": 0.5}] + [
+            {"step": s, "seconds": 10.0 * s, "reward/online": 0.1 * s, **({"pass@1": 0.5, "pass@2": 0.75} if s == 2
+                                                                            else {})} for s in range(1, steps + 1)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    seed = partial_seed(out, scale, 0, SMOLLM2, ("GRPO", "SPO half-online"))
+    assert seed is not None and seed["unfinished"] == ["SPO half-online"]
+    (grpo,) = seed["methods"]
+    assert grpo["method"] == "GRPO" and grpo["curve"] == [{"step": 0, "pass@1": 0.25, "pass@2": 0.5},
+                                                          {"step": 2, "pass@1": 0.5, "pass@2": 0.75}]
+    assert grpo["wall_s"] == 30.0 and grpo["peak_rss_mb"] is None and grpo["online_reward"] == pytest.approx(0.2)
+    assert grpo["lake_share"] == "0% of each batch"
+    assert partial_seed(tmp_path / "seed-1", scale, 1, SMOLLM2) is None  # nothing finished
