@@ -206,6 +206,8 @@ def test_claims(out: Path, seeds: list[dict[str, Any]]) -> list[tuple[Claim, Pai
             paired = paired_seed_difference(cost[claim.b][claim.metric], cost[claim.a][claim.metric])
         else:
             group = values[claim.group]
+            if not any(v[claim.metric] for v in group[claim.a]):
+                continue  # no held-out problem of this group at this size (decisions says so)
             paired = paired_prompt_difference([v[claim.metric] for v in group[claim.a]],
                                               [v[claim.metric] for v in group[claim.b]])
         results.append((claim, paired))
@@ -224,7 +226,8 @@ def table_rows(out: Path, seeds: list[dict[str, Any]]) -> list[list[str]]:
             for metric in ("pass@1", "pass@k", "nats"):
                 for v in per_seed:
                     column = f"{group} Δ nats" if metric == "nats" else f"{group} {metric}"
-                    rows.setdefault(name, {}).setdefault(column, []).append(_prompt_mean(v[metric]))
+                    if v.get(metric):  # a group without held-out problems shows "–", not a mean of nothing
+                        rows.setdefault(name, {}).setdefault(column, []).append(_prompt_mean(v[metric]))
     for s in seeds:
         first = s["methods"][0]["curve"][0]
         if first.get("train/pass@1") is not None:
@@ -441,7 +444,8 @@ def decisions(claims: list[tuple[Claim, Paired]], rows: list[list[str]], labels:
     """What this run can and cannot say, in plain words: each target's verdict, a run too small to decide one, a
     table whose target-group figures are all zero, and every arm that collapsed the other problems."""
     column = {name: i for i, name in enumerate(COLUMNS)}
-    lines = []
+    lines = [f"This run has no held-out {labels.get(g, g)} problem: every claim about that group is left out."
+             for g in ("skill", "other") if all(r[column[f"{g} pass@1"]] == "–" for r in rows)]
     skill = [float(r[column["skill pass@1"]].split(" ±")[0]) for r in rows if r[column["skill pass@1"]] != "–"]
     if skill and max(skill) == 0.0:
         lines.append(f"Neither π0 nor any arm solved a single {labels.get('skill', 'skill')} problem in this run "
@@ -455,7 +459,8 @@ def decisions(claims: list[tuple[Claim, Paired]], rows: list[list[str]], labels:
                          f"π0 [{p.low:+.3f}, {p.high:+.3f}].")
         elif c.target and verdict == "not shown":
             lines.append(f"Cannot decide at this size: {text} (measured {p.mean:+.3f}, 95 % interval [{p.low:+.3f}, "
-                         f"{p.high:+.3f}], which includes both sides of the bound {c.at_least:+.2f}).")
+                         f"{p.high:+.3f}]; holding needs a mean of at least {c.at_least:+.2f} with the interval above "
+                         f"{min(c.at_least, 0.0):+.2f}, reversing an interval below that).")
         elif c.target:
             lines.append(f"{text}: **{verdict}** ({p.mean:+.3f} [{p.low:+.3f}, {p.high:+.3f}]).")
     return lines

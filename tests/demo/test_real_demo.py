@@ -139,7 +139,8 @@ def test_plain_words_for_zeros_undecided_claims_and_collapses():
     assert lines[0].startswith("Neither π0 nor any arm solved a single never+rare problem in this run (16 held-out")
     assert "cannot decide any claim about that group" in lines[0]
     assert lines[1].startswith("Cannot decide at this size: SPO half-online − the best online-only arm ≥ +0.10 "
-                               "pass@1 on the never+rare problems (measured +0.000, 95 % interval [-0.100, +0.100]")
+                               "pass@1 on the never+rare problems (measured +0.000, 95 % interval [-0.100, +0.100]; holding needs a mean "
+                               "of at least +0.10 with the interval above +0.00")
     assert lines[2] == "GRPO collapsed the common problems: -0.200 pass@1 against π0 [-0.300, -0.100]."
     rows = [r[:1] + ["0.100"] + r[2:] for r in ROWS]  # something solved, a claim that holds
     held = decisions([(target, Paired(0.2, 0.12, 0.3, (0.2,)))], rows, labels, 4, "")
