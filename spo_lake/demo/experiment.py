@@ -103,12 +103,13 @@ COUNTDOWN = Experiment(
     arms=TINY_ARMS,
     run_settings={"warmup_steps": 5, "model_update_interval": 2, "device": "cpu"})
 
-# Sizes of the real experiment, and why. 16 pyfunc families, so 32 training problems give each family 2 problems and
-# Q0's 8 samples per problem 16 samples per family: a family with no success in 16 is `never` (π0's per-sample
-# rate there is below ~17 % at 95 %), one with 1 success is `rare`. The held-out problems are what the claims are
-# decided on: 32 problems × 4 samples at temperature 0.4 resolve a +0.10 pass@1 difference on the ~12 never+rare
-# problems only across seeds (paired per problem, one seed's interval is ±0.15 at this size), which is why full mode
-# runs 3 seeds. Each arm samples 4 online rollouts a step (one problem's group of 4: GRPO's group size).
+# Sizes of the real experiment, and why. pyfunc draws each problem's family at random from 16, so 32 training
+# problems cover most families with 1-4 problems each, and Q0's 8 samples per problem give a covered family 8-32
+# pooled samples: a family with no success is `never`, one below 10 % `rare`. A held-out problem of a family no
+# training problem has is `unmeasured` (in neither group). The held-out problems decide the claims: 32 problems × 4
+# samples at temperature 0.4 resolve a +0.10 pass@1 difference on the never+rare problems only across seeds (paired
+# per problem, one seed's interval is about ±0.15 at this size), which is why full mode runs 3 seeds. Each arm samples
+# 4 online rollouts a step (one problem's group of 4: GRPO's group size).
 SMOLLM2 = Experiment(
     name="smollm2", task="pyfunc", recipe=RECIPES / "pyfunc_smollm2.toml",
     quick=DemoScale(train_prompts=16, eval_prompts=16, tiny_steps=0, cot_steps=0, reference_samples=0,
@@ -221,13 +222,15 @@ def pyfunc_strata(lake: Lake, pi0_id: str, snapshot: str, train_prefix: str) -> 
             c[0], c[1] = c[0] + r["n"], c[1] + r["n_success"]
     families = {f: {"n": n, "n_success": s, "rate": s / n if n else None, "stratum": stratum(n, s)}
                 for f, (n, s) in sorted(counts.items())}
-    unseen = {"n": 0, "n_success": 0, "rate": None, "stratum": "never"}
+    # a held-out problem whose family no training problem has: nothing measured, so in neither group
+    unseen = {"n": 0, "n_success": 0, "rate": None, "stratum": "unmeasured"}
     return {"families": families,
             "prompts": {pid: families.get(f, unseen)["stratum"] for pid, f in sorted(family.items())}}
 
 
 def problem_groups(exp: Experiment, seed_dir: Path, seed: int) -> tuple[dict[str, str], dict[str, Any] | None]:
-    """({prompt_id: "skill" | "other"}, the strata behind them or None) of a seed's lake at its snapshot."""
+    """({prompt_id: "skill" | "other" | "unmeasured"}, the strata behind them or None) of a seed's lake at its snapshot
+    ("unmeasured": a pyfunc family no training problem has; counted in `all` only)."""
     lake = Lake.open(str(seed_dir / "lake"))
     if exp.name == "countdown":
         return countdown_groups(lake, f"demo-{seed}"), None
@@ -235,4 +238,5 @@ def problem_groups(exp: Experiment, seed_dir: Path, seed: int) -> tuple[dict[str
 
     strata = pyfunc_strata(lake, model_identity(str(seed_dir / "models" / "pi0")), f"demo-{seed}",
                            exp.train_prefix(seed))
-    return {p: "other" if s == "common" else "skill" for p, s in strata["prompts"].items()}, strata
+    group = {"never": "skill", "rare": "skill", "common": "other", "unmeasured": "unmeasured"}
+    return {p: group[s] for p, s in strata["prompts"].items()}, strata

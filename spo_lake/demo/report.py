@@ -484,7 +484,8 @@ def strata_lines(out: Path, seeds: list[dict[str, Any]], train_prefix: Callable[
             continue
         held = Counter(v for p, v in strata["prompts"].items() if not p.startswith(train_prefix(s["seed"])))
         lines += [f"Seed {s['seed']}: held-out problems per stratum: " +
-                  ", ".join(f"{g} {held.get(g, 0)}" for g in ("never", "rare", "common")) + ".", "",
+                  ", ".join(f"{g} {held.get(g, 0)}" for g in ("never", "rare", "common", "unmeasured")) +
+                  " (unmeasured: a family no training problem has; in neither group).", "",
                   "| family | π0 Q0 samples | successes | per sample | stratum |", "|---|---|---|---|---|",
                   *[f"| {f} | {v['n']} | {v['n_success']} | {_rate(v['rate'])} | {v['stratum']} |"
                     for f, v in strata["families"].items()], ""]

@@ -101,9 +101,10 @@ def test_strata_pool_each_family_over_the_training_problems(tmp_path):
     assert strata["families"][first[0]]["stratum"] == "never"
     assert strata["families"][first[1]]["stratum"] == "rare"
     assert all(v["stratum"] == "common" for f, v in strata["families"].items() if f not in first[:2])
-    for p in held:  # a held-out problem takes its family's stratum; a family no training problem has is never
+    for p in held:  # a held-out problem takes its family's stratum; a family no training problem has: unmeasured
         f = family[p["prompt_id"]]
-        assert strata["prompts"][p["prompt_id"]] == strata["families"].get(f, {"stratum": "never"})["stratum"]
+        assert strata["prompts"][p["prompt_id"]] == strata["families"].get(f, {"stratum": "unmeasured"})["stratum"]
+    assert any(family[p["prompt_id"]] not in strata["families"] for p in held)  # the case is exercised
 
 
 def _seed(seed: int, rewards: dict[tuple[str, float], float]) -> dict:
