@@ -29,84 +29,81 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from spo_lake.console import console, progress_bar
+from spo_lake.demo.experiment import COUNTDOWN, EXPERIMENTS, DemoScale, Experiment, prepare_models, second_source
+from spo_lake.demo.experiment import problem_groups as experiment_groups
+from spo_lake.errors import InputError
 from spo_lake.lake import Lake
 from spo_lake.pipelines.recipe import Recipe, load_recipe, run_recipe
 from spo_lake.rl.run import read_metrics
 
-RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "quickstart.toml"
+RECIPE = COUNTDOWN.recipe
 
 
-@dataclass(frozen=True)
-class DemoScale:
-    """Sizes of one demo mode; every number here is a knob of the recipe or the run configs."""
-
-    train_prompts: int
-    eval_prompts: int
-    tiny_steps: int  # π0's SFT steps
-    cot_steps: int  # the CoT-like source's SFT steps
-    reference_samples: int
-    cot_samples: int
-    q0_samples: int
-    pts_rollouts: int
-    pts_trajectories: int  # PTS is the costliest step: search this many successful trajectories
-    train_steps: int
-    online_per_step: int  # online rollouts per step: the same budget for every method
-    lr: float
-    eval_every: int
-    eval_max_prompts: int
-    product_fraction: float = 0.01  # π0's skill gap: problems that need * or / are this rare in its SFT mix (docs)
-    sign_off_fraction: float = 0.0  # π0's sign-off habit (off: the report measures the skill gap alone)
-    samples_per_prompt: int = 4  # GRPO's group size (and every arm's online rollouts per prompt)
-
-
-QUICK = DemoScale(train_prompts=200, eval_prompts=30, tiny_steps=300, cot_steps=100, reference_samples=2,
-                  cot_samples=1, q0_samples=4, pts_rollouts=4, pts_trajectories=6, train_steps=12, online_per_step=16,
-                  lr=2e-4, eval_every=12, eval_max_prompts=30)
-FULL = DemoScale(train_prompts=300, eval_prompts=100, tiny_steps=1500, cot_steps=300, reference_samples=2,
-                 cot_samples=1, q0_samples=8, pts_rollouts=4, pts_trajectories=8, train_steps=40,
-                 online_per_step=16, lr=2e-4, eval_every=40, eval_max_prompts=100)
-FULL_SEEDS = (0, 1, 2)
+QUICK, FULL, FULL_SEEDS = COUNTDOWN.quick, COUNTDOWN.full, COUNTDOWN.full_seeds
 
 # Lake streams select from the snapshot: correct, one row per distinct program (dedup), any source but the runs'.
 OFFLINE_WHERE = "passed AND NOT duplicate"
 
 
-def methods(scale: DemoScale) -> dict[str, dict[str, Any]]:
-    """Run configs per method. Mixed runs add lake rows on top of the same online rollouts per step; SFT→GRPO's SFT
-    steps come before its online steps (as many lake rows as SPO half-online reads), so every arm samples
-    train_steps × online_per_step rollouts."""
+def offline_where(exp: Experiment, seed: int) -> str:
+    """The lake rows every lake arm reads: OFFLINE_WHERE on the training problems only. The lake also holds the
+    held-out problems' reference solutions (the report scores them): SFT and injected groups must never read them."""
+    return f"{OFFLINE_WHERE} AND prompt_id LIKE '{exp.train_prefix(seed)}%'"
+
+
+def methods(scale: DemoScale, where: str = OFFLINE_WHERE,
+            arms: tuple[str, ...] | None = None) -> dict[str, dict[str, Any]]:
+    """Run configs per method (`arms`, default all). Mixed runs add lake rows on top of the same online rollouts per
+    step; SFT→GRPO's SFT steps come before its online steps (as many lake rows as SPO half-online reads), so every
+    arm samples train_steps × online_per_step rollouts."""
     b, s = scale.online_per_step, scale.train_steps
     online = {"name": "online", "kind": "online", "fraction": 1.0}
-    lake = {"name": "lake", "kind": "lake", "fraction": 0.5, "where": OFFLINE_WHERE}
+    lake = {"name": "lake", "kind": "lake", "fraction": 0.5, "where": where}
     half = [{**online, "fraction": 0.5}, lake]
     mc = [{**online, "fraction": 0.5}, {**lake, "fraction": 0.25},
           {"name": "mc", "kind": "lake", "fraction": 0.25, "mc": True, "where": "passed"}]
     grpo = {"algorithm": "grpo", "rollout_lag": 1}
-    return {
+    every = {
         "PPO": {"algorithm": "ppo", "batch_size": b, "streams": [online]},
         "GRPO": {**grpo, "batch_size": b, "streams": [online]},
         "SPO online": {"algorithm": "spo", "batch_size": b, "streams": [online]},
         "SPO half-online": {"algorithm": "spo", "batch_size": 2 * b, "streams": half},
         "SPO + MC (50/25/25)": {"algorithm": "spo", "batch_size": 2 * b, "streams": mc},
-        "SFT→GRPO": {**grpo, "batch_size": b, "steps": 2 * s, "sft_steps": s, "sft_where": OFFLINE_WHERE,
+        "SFT→GRPO": {**grpo, "batch_size": b, "steps": 2 * s, "sft_steps": s, "sft_where": where,
                      "streams": [online]},
         "GRPO + lake solutions": {**grpo, "batch_size": 2 * b, "streams": [{**online, "fraction": 0.5},
                                                                         {**lake, "name": "expert", "inject": True}]},
     }
+    return {name: every[name] for name in (arms or every)}
 
 
-def train_where(seed: int) -> str:
-    return f"p.prompt_id LIKE 'countdown/{seed}/%'"
+def lake_share(method: dict[str, Any]) -> str:
+    """What share of a method's training rows come from the lake, read from its config: the report's answer to "how
+    do the lake rows' shares compare across arms"."""
+    lake = sum(s["fraction"] for s in method["streams"] if s["kind"] == "lake")
+    if method.get("sft_steps"):
+        return f"100 % in its {method['sft_steps']} SFT steps, then 0 % (half of all rows)"
+    return f"{lake:.0%} of each batch" + (" (lake solutions injected into the groups)" if
+                                          any(s.get("inject") for s in method["streams"]) else "")
 
 
-def held_out_where(seed: int) -> str:
-    return f"p.prompt_id LIKE 'countdown/{1000 + seed}/%'"
+def train_where(seed: int, exp: Experiment = COUNTDOWN) -> str:
+    return f"p.prompt_id LIKE '{exp.train_prefix(seed)}%'"
 
 
-def recipe_vars(out: Path, scale: DemoScale, seed: int) -> dict[str, str]:
+def held_out_where(seed: int, exp: Experiment = COUNTDOWN) -> str:
+    return f"p.prompt_id LIKE '{exp.held_out_prefix(seed)}%'"
+
+
+def recipe_vars(out: Path, scale: DemoScale, seed: int, exp: Experiment = COUNTDOWN) -> dict[str, str]:
+    if exp.name == "smollm2":
+        return {"out": str(out), "seed": str(seed), "train_seed": str(seed + exp.train_offset),
+                "eval_seed": str(seed + exp.held_out_offset), "train_prompts": str(scale.train_prompts),
+                "eval_prompts": str(scale.eval_prompts), "q0_samples": str(scale.q0_samples),
+                "max_new_tokens": str(scale.max_new_tokens), "snapshot": f"demo-{seed}"}
     every = max(1, scale.reference_samples * scale.train_prompts // max(scale.pts_trajectories, 1))
     return {
         "out": str(out), "seed": str(seed), "train_prompts": str(scale.train_prompts),
@@ -120,15 +117,21 @@ def recipe_vars(out: Path, scale: DemoScale, seed: int) -> dict[str, str]:
     }
 
 
-def run_config(name: str, method: dict[str, Any], out: Path, scale: DemoScale, seed: int) -> dict[str, Any]:
+def run_config(name: str, method: dict[str, Any], out: Path, scale: DemoScale, seed: int,
+               exp: Experiment = COUNTDOWN, lr: float | None = None) -> dict[str, Any]:
+    """One arm's run config; with `lr` (a sweep's value other than the scale's own) the run's name carries it."""
     pi0 = str(out / "models" / "pi0")
+    suffix = f"-lr{lr:g}" if lr is not None and len(scale.sweep) > 1 else ""
+    train = {"eval_train_where": train_where(seed, exp)} if exp.name == "countdown" else {}
     return {
         "model": pi0, "reference": pi0, "snapshot": f"demo-{seed}", "steps": scale.train_steps,
-        "lr": scale.lr, "warmup_steps": 5, "model_update_interval": 2, "max_new_tokens": 48,
-        "prompts_where": train_where(seed), "eval_every": scale.eval_every, "eval_where": held_out_where(seed),
-        "eval_train_where": train_where(seed), "eval_max_prompts": scale.eval_max_prompts, "eval_n": 20,
-        "eval_k": [1, 10], "run_dir": str(out / "runs"), "run_name": f"{_slug(name)}-s{seed}", "seed": seed,
-        "device": "cpu", "checkpoint_every": 0, "samples_per_prompt": scale.samples_per_prompt, **method,
+        "lr": scale.lr if lr is None else lr, "max_new_tokens": scale.max_new_tokens,
+        "prompts_where": train_where(seed, exp), "eval_every": scale.eval_every,
+        "eval_where": held_out_where(seed, exp), **train, "eval_max_prompts": scale.eval_max_prompts,
+        "eval_n": scale.eval_n,
+        "eval_k": list(scale.eval_k), "run_dir": str(out / "runs"), "run_name": f"{_slug(name)}{suffix}-s{seed}",
+        "seed": seed, "checkpoint_every": 0, "samples_per_prompt": scale.samples_per_prompt, **exp.run_settings,
+        **method,
     }
 
 
@@ -157,14 +160,18 @@ class MethodResult:
     curve: list[dict[str, float]]  # every evaluation, step 0 (π0) included
     wall_s: float
     step_s: float  # mean seconds per training step (evaluations excluded)
-    peak_rss_mb: float
+    peak_rss_mb: float | None  # None: not measured (a run read back from its directory, `--partial`)
     state_mb: float | None  # the training state by tensor at the first step (spo_lake.rl.memory); None: not counted
     online_samples: int
     resumed: bool  # the run continued an earlier, interrupted one: its wall time covers only the continuation
 
     @property
     def gap(self) -> float | None:
-        return self.final["pass@10"] - self.final["pass@1"] if self.final else None
+        """pass@k − pass@1 at the last evaluation, k the larger one evaluated (10 for the tiny demo)."""
+        if not self.final:
+            return None
+        k = max(int(key.split("@")[1]) for key in self.final if key.startswith("pass@"))
+        return self.final[f"pass@{k}"] - self.final["pass@1"]
 
 
 # The `spolake train` children running now. An interrupted demo (Ctrl-C, or SIGTERM, which `spolake demo` turns
@@ -210,12 +217,18 @@ def train_method(lake_path: str, name: str, config: dict[str, Any], online_sampl
     if os.waitstatus_to_exitcode(status) != 0:
         where = f"; its output: {log_path}" if quiet else ""
         raise RuntimeError(f"{name}: training exited with {os.waitstatus_to_exitcode(status)}{where}")
-    records = read_metrics(run_dir)
+    return run_result(name, config, online_samples, time.perf_counter() - started, usage.ru_maxrss / 1024, resumed)
+
+
+def run_result(name: str, config: dict[str, Any], online_samples: int, wall_s: float, peak_rss_mb: float | None,
+               resumed: bool) -> MethodResult:
+    """A run's outcome from its directory: evaluations (step 0 included), seconds per step, training state."""
+    records = read_metrics(Path(config["run_dir"]) / config["run_name"])
     curve = [{k: v for k, v in r.items() if k == "step" or "pass@" in k} for r in records if "pass@1" in r]
     steps = [r["seconds"] for r in records if "seconds" in r]
     state = next((r["state/total_mb"] for r in records if "state/total_mb" in r), None)
-    return MethodResult(name, config["run_name"], curve[-1] if curve else {}, curve, time.perf_counter() - started,
-                        sum(steps) / max(len(steps), 1), usage.ru_maxrss / 1024, state, online_samples, resumed)
+    return MethodResult(name, config["run_name"], curve[-1] if curve else {}, curve, wall_s,
+                        sum(steps) / max(len(steps), 1), peak_rss_mb, state, online_samples, resumed)
 
 
 def train_methods(lake_path: str, runs: dict[str, dict[str, Any]], online_samples: int, out: Path,
@@ -297,8 +310,22 @@ def _build_model(params: dict[str, Any], log_path: Path) -> None:
         build_tiny_model(out_dir, **settings)
 
 
-def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None], jobs: int = 1) -> dict[str, Any]:
-    """Lake + every method's run for one seed in `out`; the summary of a finished seed is kept (first timings win)."""
+def sweep_runs(exp: Experiment, scale: DemoScale, out: Path, seed: int,
+               arms: tuple[str, ...] | None = None) -> dict[str, tuple[str, float, dict[str, Any]]]:
+    """{run label: (method, lr, run config)} of a seed: every arm at every lr of the sweep."""
+    chosen = methods(scale, offline_where(exp, seed), arms or exp.arms)
+    runs = {}
+    for name, method in chosen.items():
+        for lr in scale.sweep:
+            label = name if len(scale.sweep) == 1 else f"{name} @ lr {lr:g}"
+            runs[label] = (name, lr, run_config(name, method, out, scale, seed, exp, lr))
+    return runs
+
+
+def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None], jobs: int = 1,
+             exp: Experiment = COUNTDOWN, arms: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Lake + every method's run (at each lr of the sweep) for one seed in `out`; the summary of a finished seed is
+    kept (first timings win). The problem groups the report splits by are fixed here, before any training."""
     summary_path = out / "summary.json"
     if summary_path.exists():
         log(f"seed {seed}: finished earlier, reusing {summary_path}")
@@ -308,38 +335,94 @@ def run_seed(out: Path, scale: DemoScale, seed: int, log: Callable[[str], None],
     lake = Lake.open(lake_path, create=True)
     started = time.perf_counter()
     log(f"[bold]seed {seed} · 1/2 building the lake[/bold] in {lake_path}")
-    recipe = load_recipe(RECIPE, recipe_vars(out, scale, seed))
+    prepare_models(exp, out.parent, out)
+    second_source(exp, scale, seed, out / "second_source.jsonl")
+    recipe = load_recipe(exp.recipe, recipe_vars(out, scale, seed, exp))
     build_models(recipe, out, jobs, log)
     steps = run_recipe(recipe, lake, log=log)
+    (out / "recipe_steps.json").write_text(json.dumps(steps, indent=1, default=str))
+    groups, strata = experiment_groups(exp, out, seed)
+    (out / "groups.json").write_text(json.dumps({"groups": groups, "strata": strata}, indent=1))
     recipe_s = time.perf_counter() - started
-    log(f"[bold]seed {seed} · 2/2 training[/bold]: " + ", ".join(methods(scale)))
+    runs = sweep_runs(exp, scale, out, seed, arms)
+    log(f"[bold]seed {seed} · 2/2 training[/bold]: " + ", ".join(runs))
     budget = scale.train_steps * scale.online_per_step
-    runs = {name: run_config(name, m, out, scale, seed) for name, m in methods(scale).items()}
-    results = train_methods(lake_path, runs, budget, out, log, jobs)
+    results = train_methods(lake_path, {label: config for label, (_, _, config) in runs.items()}, budget, out, log,
+                            jobs)
+    methods_out = []
+    for r, (name, lr, config) in zip(results, runs.values(), strict=True):
+        methods_out.append({**asdict(r), "method": name, "lr": lr, "gap": r.gap,
+                            "lake_share": lake_share(config), "online_reward": online_reward(Path(config["run_dir"])
+                                                                                            / config["run_name"])})
     summary = {"seed": seed, "recipe_steps": steps, "recipe_seconds": round(recipe_s, 1),
-               "total_seconds": round(time.perf_counter() - started, 1),
-               "methods": [{**asdict(r), "gap": r.gap} for r in results]}
+               "total_seconds": round(time.perf_counter() - started, 1), "methods": methods_out}
     summary_path.write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
 
+def partial_seed(out: Path, scale: DemoScale, seed: int, exp: Experiment,
+                 arms: tuple[str, ...] | None = None) -> dict[str, Any] | None:
+    """A seed's summary over the runs that finished, for a demo stopped before its end (`--partial`): each run read
+    back from its directory (wall time: its steps' seconds, evaluations excluded; peak RSS not measured). None when
+    no run finished. `unfinished` names the others: the report says which claims they leave out."""
+    from spo_lake.rl.run import checkpoint_dirs
+
+    if (out / "summary.json").exists():
+        return cast(dict[str, Any], json.loads((out / "summary.json").read_text()))
+    done, missing = [], []
+    for label, (name, lr, config) in sweep_runs(exp, scale, out, seed, arms).items():
+        run_dir = Path(config["run_dir"]) / config["run_name"]
+        if not run_dir.exists() or _steps_done(run_dir) < config["steps"] or not checkpoint_dirs(run_dir):
+            missing.append(label)
+            continue
+        result = run_result(name, config, scale.train_steps * scale.online_per_step, 0.0, None, False)
+        result.wall_s = sum(r["seconds"] for r in read_metrics(run_dir) if "seconds" in r)
+        done.append({**asdict(result), "method": name, "lr": lr, "gap": result.gap, "lake_share": lake_share(config),
+                     "online_reward": online_reward(run_dir)})
+    if not done:
+        return None
+    steps = json.loads((out / "recipe_steps.json").read_text()) if (out / "recipe_steps.json").exists() else []
+    return {"seed": seed, "recipe_steps": steps, "recipe_seconds": None, "total_seconds": None, "methods": done,
+            "unfinished": missing}
+
+
+def online_reward(run_dir: Path) -> float | None:
+    """The mean reward of a run's online rollouts over its last half of online steps: the lr sweep's criterion. It
+    is measured on the training problems by every arm alike, so choosing on it never looks at held-out problems."""
+    values = [r["reward/online"] for r in read_metrics(run_dir) if r.get("reward/online") is not None]
+    tail = values[len(values) // 2:]
+    return sum(tail) / len(tail) if tail else None
+
+
 def run_demo(out: Path, *, quick: bool = False, seeds: tuple[int, ...] | None = None, jobs: int | None = None,
-             log: Callable[[str], None] = print) -> dict[str, Any]:
+             log: Callable[[str], None] = print, model: str = "tiny", arms: tuple[str, ...] | None = None,
+             partial: bool = False) -> dict[str, Any]:
     """All seeds, then the report over them; returns the aggregated summary (also in demo_metrics.json). `jobs`
-    training runs go side by side (default: one per core)."""
+    training runs go side by side (default: one per core for the tiny model, one at a time for a real one).
+    `partial`: train nothing; report over the runs that finished (partial_seed)."""
     import torch
 
     from spo_lake.demo.report import write_report
 
-    # The tiny model's matrices are too small for intra-op threads to pay off, and spinning threads stall badly
-    # on a busy machine: one thread here and in every training child.
-    torch.set_num_threads(1)
-    os.environ["OMP_NUM_THREADS"] = "1"
-    scale = QUICK if quick else FULL
-    seeds = seeds or ((0,) if quick else FULL_SEEDS)
+    exp = EXPERIMENTS[model]
+    if exp.one_thread:
+        # The tiny model's matrices are too small for intra-op threads to pay off, and spinning threads stall badly
+        # on a busy machine: one thread here and in every training child.
+        torch.set_num_threads(1)
+        os.environ["OMP_NUM_THREADS"] = "1"
+    scale = exp.quick if quick else exp.full
+    seeds = seeds or ((0,) if quick else exp.full_seeds)
+    jobs = jobs or ((os.cpu_count() or 1) if exp.one_thread else 1)
     out = out.resolve()
     per_seed = []
+    if partial:
+        found = [partial_seed(out / f"seed-{seed}", scale, seed, exp, arms) for seed in seeds]
+        per_seed = [s for s in found if s is not None]
+        if not per_seed:
+            raise InputError(f"--partial: no finished run under {out} for seeds {', '.join(map(str, seeds))}")
+        return write_report(out, per_seed, {"quick": quick, "experiment": exp.name, "scale": asdict(scale),
+                                            "partial": True})
     for i, seed in enumerate(seeds):
-        log(f"[bold]seed {seed}[/bold] ({i + 1}/{len(seeds)}, {'quick' if quick else 'full'} mode)")
-        per_seed.append(run_seed(out / f"seed-{seed}", scale, seed, log, jobs or os.cpu_count() or 1))
-    return write_report(out, per_seed, {"quick": quick, "scale": asdict(scale)})
+        log(f"[bold]seed {seed}[/bold] ({i + 1}/{len(seeds)}, {'quick' if quick else 'full'} mode, {exp.name})")
+        per_seed.append(run_seed(out / f"seed-{seed}", scale, seed, log, jobs, exp, arms))
+    return write_report(out, per_seed, {"quick": quick, "experiment": exp.name, "scale": asdict(scale)})
