@@ -139,24 +139,25 @@ class Decoder:
         positions = positions_from_mask(mask)
         logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=fresh,
                             use_cache=True, logits_to_keep=1).logits[:, -1]
+        kv: list[tuple[torch.Tensor, torch.Tensor]] = [(layer.keys, layer.values)  # type: ignore[union-attr,misc]
+                                                       for layer in fresh.layers]
         if not self.layers:  # the first admission sizes the batch
             capacity = width + self.room
-            self.layers = [SlotLayer(layer.keys.new_zeros(*layer.keys.shape[:2], capacity, layer.keys.shape[3]),
-                                     layer.values.new_zeros(*layer.values.shape[:2], capacity,
-                                                            layer.values.shape[3])) for layer in fresh.layers]
-            for layer in self.layers:
-                layer.length = width
+            self.layers = [SlotLayer(k.new_zeros(*k.shape[:2], capacity, k.shape[3]),
+                                     v.new_zeros(*v.shape[:2], capacity, v.shape[3])) for k, v in kv]
+            for slot in self.layers:
+                slot.length = width
             self.mask = torch.zeros((len(rows), capacity), dtype=torch.long, device=self.device)
             self.position = torch.zeros(len(rows), dtype=torch.long, device=self.device)
             self.last = torch.zeros(len(rows), dtype=torch.long, device=self.device)
-            self.cache = Cache(layers=self.layers)
+            self.cache = Cache(layers=self.layers)  # type: ignore[arg-type]  # (a list is invariant)
         elif self.length < width:  # the new prompt is longer than the cache so far: pad every row in front
             self._reframe(self.length - width)
         end = self.length
         index = torch.tensor(rows, device=self.device)
-        for slot, layer in zip(self.layers, fresh.layers):
-            slot.k_buffer[index, :, end - width:end] = layer.keys
-            slot.v_buffer[index, :, end - width:end] = layer.values
+        for slot, (k, v) in zip(self.layers, kv):
+            slot.k_buffer[index, :, end - width:end] = k
+            slot.v_buffer[index, :, end - width:end] = v
         self.mask[index] = 0
         self.mask[index, end - width:end] = mask
         self.position[index] = positions[:, -1] + 1
@@ -258,6 +259,17 @@ def hits_stop(tokenizer, token_ids: list[int], stop: Sequence[str]) -> bool:
             return True
     return CLOSING_FENCE in stop and \
         extract_code(tokenizer.decode(token_ids, skip_special_tokens=True)).method != "whole"
+
+
+def fence_end(tokenizer, token_ids: list[int]) -> int | None:
+    """How many of `token_ids` a CLOSING_FENCE stop keeps (up to the token that closes the first complete fenced
+    block), None if no block closes: for a backend that cannot stop at the rule itself and cuts afterwards (what it
+    keeps is what stopping would have sampled)."""
+    for k, token in enumerate(token_ids, 1):
+        if any(c in tokenizer.decode([token]) for c in "`~\ufffd") and hits_stop(tokenizer, token_ids[:k],
+                                                                                  [CLOSING_FENCE]):
+            return k
+    return None
 
 
 def decode(model, tokenizer, pad_id: int, requests: Sequence[list[int]], temperatures: list[float], top_p: float,
