@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from spo_lake.errors import InputError
+from spo_lake.models.decode import decode
 from spo_lake.models.identity import model_identity, resolve_model
-from spo_lake.models.sampling import gather_token_log_probs, positions_from_mask, sampling_log_probs
+from spo_lake.models.sampling import gather_token_log_probs, positions_from_mask
 
 # transformers >= 5.x renames forward's `past_key_values` to `cache` and warns on every call; the old name is what
 # every supported version (>= 4.45) accepts, so it stays, without a warning per sampled token batch.
@@ -216,106 +217,36 @@ class TransformersPolicy(TokenizerPrompts):
         temperatures = per_prompt(temperature, len(prompts))
         encoded = [self.encode_prompt(p) for p in prompts]
         jobs = [i for i in range(len(prompts)) for _ in range(n)]
-        starts = range(0, len(jobs), self.batch_size)
-        # One generator per batch, seeded up front: a batch's samples do not depend on how long earlier ones ran.
-        batch_seeds = torch.randint(2**62, (len(starts),), generator=torch.Generator().manual_seed(seed)).tolist()
-        results: list[SampleResult] = []
-        for start, batch_seed in zip(starts, batch_seeds):
-            chunk = jobs[start : start + self.batch_size]
-            generator = torch.Generator(device=self.device).manual_seed(batch_seed)
-            results += self._sample_batch(
-                chunk, [encoded[i] for i in chunk], [temperatures[i] for i in chunk], top_p, max_new_tokens,
-                list(stop or []), generator
-            )
-        return results
+        return self._decode(jobs, [encoded[i] for i in jobs], [temperatures[i] for i in jobs], top_p,
+                            max_new_tokens, list(stop or []), seed)
 
     @torch.inference_mode()
     def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
                              max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
                              ) -> list[SampleResult]:
-        """See PolicyBackend. All prefixes go in one batch (the caller sizes it), drawn from one generator seeded
-        with `seed`."""
+        """See PolicyBackend. `batch_size` rows at a time, continuously refilled; request i draws from a stream
+        seeded from (`seed`, i)."""
         check_settings(1, temperature, top_p, max_new_tokens)
-        generator = torch.Generator(device=self.device).manual_seed(seed)
         rows = range(len(prefixes))
-        return self._sample_batch(list(rows), [list(p) for p in prefixes], [temperature for _ in rows], top_p,
-                                  max_new_tokens, list(stop or []), generator)
+        return self._decode(list(rows), [list(p) for p in prefixes], [temperature for _ in rows], top_p,
+                            max_new_tokens, list(stop or []), seed)
 
-    def _sample_batch(
-        self,
-        prompt_indices: list[int],
-        prompt_ids: list[list[int]],
-        temperatures: list[float],
-        top_p: float,
-        max_new_tokens: int,
-        stop: list[str],
-        generator: torch.Generator,
-    ) -> list[SampleResult]:
-        """One left-padded batch through the KV cache, one token per step for every row.
+    def _decode(self, prompt_indices: list[int], prompt_ids: list[list[int]], temperatures: list[float], top_p: float,
+                max_new_tokens: int, stop: list[str], seed: int) -> list[SampleResult]:
+        """Every request through the continuous-batching loop (spo_lake.models.decode), `batch_size` in flight.
 
         A hand-written loop rather than `model.generate`, which draws from torch's global RNG: that RNG is shared by
         every thread of the process (a rollout worker samples while the trainer steps), so samples would depend on
-        thread timing. Here every batch draws from its own seeded `generator`, and both the sampled-from and the
-        model's own log-probs of each token come out of the same step."""
-        batch = len(prompt_ids)
-        # one temperature for the batch, or a column of them: rows at different temperatures share the forward passes
-        temperature: float | torch.Tensor = temperatures[0] if len(set(temperatures)) == 1 else \
-            torch.tensor(temperatures, device=self.device).unsqueeze(-1)
-        width = max(len(p) for p in prompt_ids)
-        input_ids = torch.full((batch, width), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((batch, width), dtype=torch.long)
-        for row, ids in enumerate(prompt_ids):
-            input_ids[row, width - len(ids) :] = torch.tensor(ids)
-            attention_mask[row, width - len(ids) :] = 1
-        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
-        positions = positions_from_mask(attention_mask)
-        cache = DynamicCache(config=self.model.config)
-        logits = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-            past_key_values=cache, use_cache=True, logits_to_keep=1,
-        ).logits[:, -1]
-        tokens: list[list[int]] = [[] for _ in range(batch)]
-        logprobs: list[list[float]] = [[] for _ in range(batch)]
-        policy_logprobs: list[list[float]] = [[] for _ in range(batch)]
-        finish: list[str | None] = [None] * batch
-        eos = self.tokenizer.eos_token_id
-        for _ in range(max_new_tokens):
-            log_probs = sampling_log_probs(logits, temperature, top_p)
-            sampled = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
-            chosen = log_probs.gather(-1, sampled.unsqueeze(-1)).squeeze(-1).tolist()
-            untempered = gather_token_log_probs(logits, sampled).tolist()
-            for row, token in enumerate(sampled.tolist()):
-                if finish[row] is not None:
-                    continue
-                tokens[row].append(token)
-                logprobs[row].append(chosen[row])
-                policy_logprobs[row].append(untempered[row])
-                if token == eos or (stop and self._hits_stop(tokens[row], stop)):
-                    finish[row] = "stop"
-            if all(f is not None for f in finish):
-                break
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((batch, 1))], dim=-1)
-            positions = positions[:, -1:] + 1
-            logits = self.model(
-                input_ids=sampled.unsqueeze(-1), attention_mask=attention_mask, position_ids=positions,
-                past_key_values=cache, use_cache=True,
-            ).logits[:, -1]
-        return [
-            SampleResult(
-                prompt_index=prompt_indices[row],
-                token_ids=tokens[row],
-                logprobs=logprobs[row],
-                finish_reason=finish[row] or "length",
-                text=self.tokenizer.decode(tokens[row], skip_special_tokens=True),
-                policy_logprobs=policy_logprobs[row],
-            )
-            for row in range(batch)
-        ]
-
-    def _hits_stop(self, token_ids: list[int], stop: list[str]) -> bool:
-        # Only the tail can hold a stop string that the newest token completed.
-        tail = self.tokenizer.decode(token_ids[-max(len(s) for s in stop) - 1 :], skip_special_tokens=True)
-        return any(s in tail for s in stop)
+        thread timing. Here every request draws from its own stream seeded from (`seed`, its index), and both the
+        sampled-from and the model's own log-probs of each token come out of the same step."""
+        if not prompt_ids:
+            return []
+        responses = decode(self.model, self.tokenizer, self.pad_id, prompt_ids, temperatures, top_p, max_new_tokens,
+                           stop, seed, self.batch_size)
+        return [SampleResult(prompt_index=i, token_ids=r.token_ids, logprobs=r.logprobs, finish_reason=r.finish_reason,
+                             text=self.tokenizer.decode(r.token_ids, skip_special_tokens=True),
+                             policy_logprobs=r.policy_logprobs)
+                for i, r in zip(prompt_indices, responses)]
 
     # ------------------------------------------------------------------------------------- scoring
 
@@ -325,7 +256,7 @@ class TransformersPolicy(TokenizerPrompts):
         prompt_ids: Sequence[Sequence[int]],
         response_ids: Sequence[Sequence[int]],
         batch_size: int = 16,
-        padding_side: str = "right",
+        padding_side: str = "left",
     ) -> list[list[float]]:
         """Per-token log-probs of each response given its prompt, by teacher forcing in padded batches.
 
@@ -337,10 +268,15 @@ class TransformersPolicy(TokenizerPrompts):
             raise ValueError("score: every prompt needs at least one token (e.g. BOS) to condition the response on")
         if padding_side not in ("left", "right"):
             raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
-        out: list[list[float]] = []
-        for start in range(0, len(prompt_ids), batch_size):
-            pairs = list(zip(prompt_ids[start : start + batch_size], response_ids[start : start + batch_size]))
-            out += self._score_batch([list(p) for p, _ in pairs], [list(r) for _, r in pairs], padding_side)
+        # Batches of similar lengths (less padding to compute), results back in the callers' order.
+        order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]) + len(response_ids[i]))
+        out: list[list[float]] = [[] for _ in order]
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            scores = self._score_batch([list(prompt_ids[i]) for i in chunk], [list(response_ids[i]) for i in chunk],
+                                       padding_side)
+            for i, score in zip(chunk, scores):
+                out[i] = score
         return out
 
     def _score_batch(
@@ -355,12 +291,16 @@ class TransformersPolicy(TokenizerPrompts):
             input_ids[row, offsets[row] : offsets[row] + lengths[row]] = torch.tensor(p + r)
             attention_mask[row, offsets[row] : offsets[row] + lengths[row]] = 1
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        # Logits only from the first position that predicts a response token on (the LM head over the prompts'
+        # positions would be wasted: a quarter of a 135M model's compute per position, the logits' memory)
+        skip = min(offsets[row] + len(p) - 1 for row, p in enumerate(prompts))
         logits = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions_from_mask(attention_mask)
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=positions_from_mask(attention_mask),
+            logits_to_keep=width - skip,
         ).logits
         scores = []
         for row, (p, r) in enumerate(zip(prompts, responses)):
-            first = offsets[row] + len(p)  # logits at t predict token t+1
-            targets = input_ids[row, first : first + len(r)]
+            first = offsets[row] + len(p) - skip  # logits at t predict token t+1
+            targets = input_ids[row, skip + first : skip + first + len(r)]
             scores.append(gather_token_log_probs(logits[row, first - 1 : first - 1 + len(r)], targets).tolist())
         return scores

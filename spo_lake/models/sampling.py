@@ -28,6 +28,66 @@ def sampling_log_probs(logits: torch.Tensor, temperature: float | torch.Tensor, 
     return torch.log_softmax(log_probs.masked_fill(drop, float("-inf")), dim=-1)
 
 
+# Candidates for top-p: the nucleus is looked for among the most likely tokens first, and only a row whose nucleus
+# does not close inside them sorts its whole vocabulary (a full sort of [64, 49152] logits takes ~100 ms on 2 cores).
+NUCLEUS_CANDIDATES = 512
+
+
+def draw_tokens(logits: torch.Tensor, temperature: float | torch.Tensor, top_p: float,
+                uniform: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(token [B], its log-prob under the sampled-from distribution [B]) for logits [B, V]: the distribution of
+    `sampling_log_probs`, drawn by inverting its CDF at `uniform` [B] (one draw from U[0, 1) per row).
+
+    Same distribution as `torch.multinomial(sampling_log_probs(...).exp())` (up to float32 rounding of the CDF, and
+    which of exactly tied logits counts as inside the nucleus), at a fraction of the cost: multinomial over a
+    49k vocabulary takes ~60 ms per step at batch 64 on 2 cores, a cumsum and a binary search ~3 ms. The caller owns
+    the randomness: one uniform per row and token, whatever the settings (greedy rows ignore theirs).
+    """
+    logits = logits.float()
+    if isinstance(temperature, torch.Tensor):  # a column: rows at temperature 0 are greedy
+        cold = (temperature == 0).squeeze(-1)
+        tokens, chosen = _draw(logits / temperature.masked_fill(temperature == 0, 1.0), uniform, top_p)
+        if bool(cold.any()):
+            tokens = torch.where(cold, logits.argmax(-1), tokens)
+            chosen = chosen.masked_fill(cold, 0.0)
+        return tokens, chosen
+    if temperature == 0:
+        return logits.argmax(-1), logits.new_zeros(logits.shape[0])
+    return _draw(logits if temperature == 1 else logits / temperature, uniform, top_p)
+
+
+def _draw(scaled: torch.Tensor, uniform: torch.Tensor, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    lse = torch.logsumexp(scaled, dim=-1, keepdim=True)  # exact normaliser (a cumsum's total is only for searching)
+    if top_p >= 1.0:
+        token = _invert_cdf((scaled - lse).exp_(), uniform)
+        return token.squeeze(-1), (scaled.gather(-1, token) - lse).squeeze(-1)
+    vocab = scaled.shape[-1]
+    values, index = scaled.topk(min(NUCLEUS_CANDIDATES, vocab), dim=-1)  # sorted, most likely first
+    probs = (values - lse).exp_()
+    keep = probs.cumsum(-1) - probs < top_p  # the smallest prefix whose mass reaches top_p (always the first)
+    kept = probs * keep
+    pick = _invert_cdf(kept, uniform)
+    token = index.gather(-1, pick).squeeze(-1)
+    chosen = (kept.gather(-1, pick) / kept.sum(-1, keepdim=True)).log_().squeeze(-1)
+    wide = keep[:, -1].nonzero().squeeze(-1) if values.shape[-1] < vocab else keep.new_zeros(0, dtype=torch.long)
+    if wide.numel():  # a nucleus wider than the candidates (it may go on past them): those rows sort everything
+        full = sampling_log_probs(scaled[wide], 1.0, top_p)
+        wide_token = _invert_cdf(full.exp(), uniform[wide])
+        token[wide] = wide_token.squeeze(-1)
+        chosen[wide] = full.gather(-1, wide_token).squeeze(-1)
+    return token, chosen
+
+
+def _invert_cdf(weights: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """[B, 1] index i with cdf[i-1] <= u·total < cdf[i] of non-negative weights [B, K]: a draw ∝ weights. A token of
+    weight 0 is never picked (its cdf equals its predecessor's), except at the clamp when rounding puts u·total at the
+    very top, which falls back to the heaviest token."""
+    cdf = weights.cumsum(-1)
+    pick = torch.searchsorted(cdf, uniform.unsqueeze(-1) * cdf[:, -1:], right=True)
+    top = pick >= weights.shape[-1]
+    return torch.where(top, weights.argmax(-1, keepdim=True), pick.clamp_(max=weights.shape[-1] - 1))
+
+
 def _greedy(logits: torch.Tensor) -> torch.Tensor:
     return torch.full_like(logits, float("-inf")).scatter_(-1, logits.argmax(-1, keepdim=True), 0.0)
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from spo_lake.models.backend import SampleResult, TokenizerPrompts, per_prompt
+from spo_lake.models.decode import CLOSING_FENCE, fence_end
 
 if TYPE_CHECKING:
     import torch
@@ -95,7 +96,8 @@ class VLLMPolicy(TokenizerPrompts):
     ) -> list[SampleResult]:
         temperatures = per_prompt(temperature, len(prompts))
         params = [self._params(t, top_p, max_new_tokens, stop, seed, n=n) for t in temperatures]
-        return self._generate([self.encode_prompt(p) for p in prompts], params, temperatures, top_p)
+        return self._generate([self.encode_prompt(p) for p in prompts], params, temperatures, top_p,
+                              CLOSING_FENCE in (stop or []))
 
     def sample_continuations(self, prefixes: Sequence[Sequence[int]], temperature: float = 1.0, top_p: float = 1.0,
                              max_new_tokens: int = 256, stop: Sequence[str] | None = None, seed: int = 0
@@ -103,21 +105,23 @@ class VLLMPolicy(TokenizerPrompts):
         """See PolicyBackend. Request i is seeded seed + i, as vLLM seeds the i-th of n samples of one request: equal
         prefixes still get different continuations."""
         params = [self._params(temperature, top_p, max_new_tokens, stop, seed + i) for i in range(len(prefixes))]
-        return self._generate(prefixes, params, [temperature] * len(prefixes), top_p)
+        return self._generate(prefixes, params, [temperature] * len(prefixes), top_p, CLOSING_FENCE in (stop or []))
 
     @staticmethod
     def _params(temperature: float, top_p: float, max_new_tokens: int, stop: Sequence[str] | None, seed: int,
                 n: int = 1):
         from vllm import SamplingParams
 
+        strings = [s for s in stop or [] if s != CLOSING_FENCE]  # the rule is applied afterwards (_generate)
         return SamplingParams(
-            n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, stop=list(stop or []) or None,
+            n=n, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, stop=strings or None,
             include_stop_str_in_output=True, seed=seed, logprobs=0,
         )
 
     def _generate(self, prompt_ids: Sequence[Sequence[int]], params, temperatures: list[float],
-                  top_p: float) -> list[SampleResult]:
-        """Sample from token-id prompts; the results grouped by prompt, as `sample` returns them."""
+                  top_p: float, fence: bool) -> list[SampleResult]:
+        """Sample from token-id prompts; the results grouped by prompt, as `sample` returns them. `fence`: cut each
+        response at its closing code fence (CLOSING_FENCE, a rule vLLM's stop strings cannot express)."""
         from vllm.inputs import TokensPrompt
 
         requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompt_ids]
@@ -126,12 +130,16 @@ class VLLMPolicy(TokenizerPrompts):
             for completion in output.outputs:
                 token_ids = list(completion.token_ids)
                 logprobs = [step[token].logprob for step, token in zip(completion.logprobs, token_ids)]
+                finish = "length" if completion.finish_reason == "length" else "stop"
+                end = fence_end(self.tokenizer, token_ids) if fence else None
+                if end is not None:
+                    token_ids, logprobs, finish = token_ids[:end], logprobs[:end], "stop"
                 results.append(
                     SampleResult(
                         prompt_index=index,
                         token_ids=token_ids,
                         logprobs=logprobs,
-                        finish_reason="length" if completion.finish_reason == "length" else "stop",
+                        finish_reason=finish,
                         text=self.tokenizer.decode(token_ids, skip_special_tokens=True),
                         # processed log-probs are the model's own only without temperature and top-p
                         policy_logprobs=logprobs if temperatures[index] == 1.0 and top_p == 1.0 else None,

@@ -104,17 +104,17 @@ def existing_counts(lake: Lake, model_id: str, settings: SampleSettings) -> dict
 
 def draw(model: PolicyBackend, requests: Sequence[Request], settings: SampleSettings, out: BufferedAppender, *,
          run_id: str, report: SampleReport, executor: Executor, evaluate: SandboxOptions | None = None,
-         batch: int = 64, show_progress: bool = True, label: str = "sample") -> None:
+         batch: int = 64, show_progress: bool = True, label: str = "sample", stop: Sequence[str] = ()) -> None:
     """Sample every request (in batches of `batch`, each request at its own temperature) on `executor` and add
     trajectories (and, with `evaluate`, their evaluations, added first) to `out`; counts go into `report`. `label`
     names the progress bar and separates the random streams of different pipelines (q0 and sample never replay each
-    other's draws)."""
+    other's draws). `stop`: stop strings (spo_lake.models.decode.CLOSING_FENCE ends a code answer at its fence)."""
     chunks = [requests[start:start + batch] for start in range(0, len(requests), batch)]
     # A call's seed is a function of its own settings and first request, whichever worker runs it.
     calls = [Call([r.problem for r in chunk], [render_prompt(r.problem, settings.template) for r in chunk],
                   [r.temperature for r in chunk], settings.top_p, settings.max_new_tokens,
                   derive_seed(settings.seed, label, settings.source, settings.template, chunk[0].temperature,
-                              settings.top_p, chunk[0].problem.prompt_id, chunk[0].index))
+                              settings.top_p, chunk[0].problem.prompt_id, chunk[0].index), stop=tuple(stop))
              for chunk in chunks]
     tok_id = tokenizer_id(model)
     started = time.perf_counter()
@@ -131,7 +131,7 @@ def draw(model: PolicyBackend, requests: Sequence[Request], settings: SampleSett
             out.add("trajectories", [rollout.trajectory(
                 trajectory_id=tid, source=settings.source, model_id=model.model_id, run_id=run_id, policy_version=0,
                 tokenizer_id=tok_id, metadata={
-                    "seed": settings.seed, "call_seed": call_seed, "sample_index": r.index,
+                    "seed": settings.seed, "call_seed": call_seed, "sample_index": r.index, "stop": list(stop) or None,
                     "template": settings.template, "max_new_tokens": settings.max_new_tokens,
                     "temperature_range": list(settings.temperature_range) if settings.temperature_range else None})
                 for tid, r, rollout in zip(ids, chunk, rollouts)])
@@ -153,9 +153,10 @@ def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int
            seed: int = 0, temperature_range: tuple[float, float] | None = None, evaluate: bool = False,
            options: SandboxOptions = SandboxOptions(), workers: int | None = None, batch: int = 64,
            flush_rows: int = 1000, show_progress: bool = True, executor: str = "local",
-           ray_address: str | None = None) -> SampleReport:
+           ray_address: str | None = None, stop: Sequence[str] = ()) -> SampleReport:
     """Sample n responses per selected prompt (`where` is SQL over prompts p), skipping what is already there.
-    `executor` 'ray' samples and judges on Ray workers (`workers` of them), with the same rows as 'local'."""
+    `executor` 'ray' samples and judges on Ray workers (`workers` of them), with the same rows as 'local'. `stop`:
+    stop strings, e.g. [CLOSING_FENCE] (spo_lake.models.decode) to end pyfunc answers at their closing fence."""
     if n < 1:
         raise InputError(f"n must be at least 1, got {n}")
     settings = SampleSettings(source, temperature, top_p, max_new_tokens, template, seed, temperature_range)
@@ -178,12 +179,12 @@ def sample(lake: Lake, model: PolicyBackend, *, where: str | None = None, n: int
     config = {"model_id": model.model_id, "where": where, "n": n, "temperature": temperature, "top_p": top_p,
               "max_new_tokens": max_new_tokens, "source": source, "template": template, "seed": seed,
               "temperature_range": list(temperature_range) if temperature_range else None, "evaluate": evaluate,
-              "executor": executor}
+              "executor": executor, "stop": list(stop)}
     with (open_executor(executor, model, workers, ray_address) as running, recorded_run(lake, "sample", config) as run,
           BufferedAppender(lake, flush_rows=flush_rows, work=work) as out):
         report.run_id = run.run_id
         draw(model, requests, settings, out, run_id=run.run_id, report=report, executor=running,
-             evaluate=options if evaluate else None, batch=batch, show_progress=show_progress)
+             evaluate=options if evaluate else None, batch=batch, show_progress=show_progress, stop=stop)
         out.flush()
         run.metrics.update(sampled=report.sampled, tokens=report.tokens, seconds=round(report.seconds, 3),
                            evaluated=report.evaluated, passed=report.passed)

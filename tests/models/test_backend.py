@@ -89,8 +89,10 @@ def test_stop_strings_end_a_response_at_the_token_that_completes_them(policy, pr
     stopped = policy.sample(prompts, n=4, max_new_tokens=MAX_NEW, stop=["+"], seed=2)
     assert any("+" in r.text for r in free)
     for f, s in zip(free, stopped):
-        # Same seed and batch: the stopped run is the free run cut right after the stop string appears.
-        assert s.token_ids == f.token_ids[: len(s.token_ids)] and s.logprobs == f.logprobs[: len(s.token_ids)]
+        # Same seed: the stopped run is the free run cut right after the stop string appears (each request draws
+        # from its own stream; a slot refilled earlier changes the batch's rows, so log-probs only to float rounding)
+        assert s.token_ids == f.token_ids[: len(s.token_ids)]
+        assert s.logprobs == pytest.approx(f.logprobs[: len(s.token_ids)], abs=1e-5)
         if "+" in f.text:
             assert s.finish_reason == "stop" and "+" in s.text
             assert "+" not in policy.tokenizer.decode(s.token_ids[:-1], skip_special_tokens=True)
