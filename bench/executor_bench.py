@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import ray
+from dry_run import parse_args, random_model, scratch
 
 from spo_lake.ingest.datasets import ingest_dataset
 from spo_lake.lake import Lake
@@ -54,9 +55,13 @@ def main() -> None:
     parser.add_argument("--max-new", type=int, default=32)
     parser.add_argument("--batch", type=int, default=16, help="responses per sampling call")
     parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args()
+    args = parse_args(parser, prompts=4, n=2, max_new=4, batch=4, rounds=1)
     model_dir = args.model
-    if model_dir is None:
+    if model_dir is None and args.dry_run:
+        from spo_lake.tasks.countdown import make_problems
+
+        model_dir = random_model(scratch("executor-bench-"), [r["prompt"] for r in make_problems(8, seed=0)[0]])
+    elif model_dir is None:
         from spo_lake.models.tiny import build_tiny_model
 
         model_dir = str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-")))

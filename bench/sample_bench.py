@@ -22,6 +22,7 @@ import tempfile
 import time
 
 import torch
+from dry_run import parse_args, random_model, scratch
 
 from spo_lake.models.backend import TransformersPolicy
 from spo_lake.tasks.countdown import make_problems
@@ -45,15 +46,17 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_args(parser, prompts=8, max_new=4, batch_size=4, rounds=1)
     torch.set_num_threads(args.threads)
+    records, _ = make_problems(args.prompts, seed=99)
     model_dir = args.model
-    if model_dir is None:
+    if model_dir is None and args.dry_run:
+        model_dir = random_model(scratch("sample-bench-"), [r["prompt"] for r in records])
+    elif model_dir is None:
         from spo_lake.models.tiny import build_tiny_model
 
         model_dir = str(build_tiny_model(tempfile.mkdtemp(prefix="tiny-")))
     policy = TransformersPolicy.from_pretrained(model_dir, batch_size=args.batch_size)
-    records, _ = make_problems(args.prompts, seed=99)
     prompts = [r["prompt"] for r in records]
 
     def ours() -> int:
