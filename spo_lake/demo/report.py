@@ -497,6 +497,19 @@ def _rate(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
+def deciding_problems(out: Path, seeds: list[dict[str, Any]], label: str) -> list[str]:
+    """The held-out problems of the lake's group, per seed: the ones the skill claims are decided on, named by id so
+    `spolake view --demo-report` links each to its page."""
+    lines = ["## The problems that decide the claims", "",
+             f"The held-out `{label}` problems each seed's claims on that group are decided on (π0's step-0 "
+             "evaluation; `spolake view --demo-report` links each id to its prompt page):", ""]
+    for s in seeds:
+        held_out = _counts(out, s["seed"], s["methods"][0]["run_id"], 0)["held_out"]
+        ids = sorted({c[0] for c in _in_group(held_out, prompt_groups(out, s["seed"]), "skill")})
+        lines.append(f"- seed {s['seed']}: {', '.join(ids) if ids else 'none at this size'}")
+    return [*lines, ""]
+
+
 def write_report(out: Path, seeds: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     """report.md, demo_metrics.json, pass_at_k.png and pts_curve.png in `out`; returns the aggregated summary. A seed
     whose arms ran at several lrs is reduced to each arm's chosen lr first (choose_lrs); the sweep is reported."""
@@ -581,6 +594,7 @@ def write_report(out: Path, seeds: list[dict[str, Any]], meta: dict[str, Any]) -
         "| claim | difference | 95 % interval | per seed | verdict |", "|---|---|---|---|---|",
         *[f"| {display(c.text, labels, k)} | {p.mean:+.3f} | [{p.low:+.3f}, {p.high:+.3f}] | "
           f"{' / '.join(f'{d:+.3f}' for d in p.per_seed)} | **{c.verdict(p)}** |" for c, p in claims], "",
+        *deciding_problems(out, seeds, labels["skill"]),
         "## Where the targets stand", "", *[display(line, labels, k) for line in reading(rows, claims)], "",
         "![pass@k against step](pass_at_k.png)", "",
     ]

@@ -153,6 +153,9 @@ def test_report_over_seeds_has_pi0_the_claims_per_problem_group_and_plots(tmp_pa
     assert set(fit) == {PI0} | {m["run_id"] for m in seeds[0]["methods"]} and len(fit[PI0]) == 30
     report = (tmp_path / "report.md").read_text()
     assert "| π0 |" in report and "**holds**" in report and "**reversed**" in report
+    # the claims' problems by id (spolake view --demo-report links each): seed 1's skill prompts are its odd ones
+    (listed,) = [line for line in report.splitlines() if line.startswith("- seed 1: ")]
+    assert listed.removeprefix("- seed 1: ").split(", ") == sorted(f"countdown/1001/{i}" for i in range(1, 30, 2))
     # the reading under the claims: the targets that miss (the +0.10 one, GRPO + lake solutions) and pass@1 beside nats
     assert "8 of 10 targets hold. Those that do not:" in report
     assert "- SPO half-online ≥ GRPO + lake solutions pass@1 on the skill problems: **reversed**, -0.050" in report
