@@ -220,7 +220,7 @@ def test_claims(out: Path, seeds: list[dict[str, Any]]) -> list[tuple[Claim, Pai
 def table_rows(out: Path, seeds: list[dict[str, Any]]) -> list[list[str]]:
     """Mean ± std over seeds per method, π0 (the step-0 evaluation) first: held-out pass@k on the skill problems and
     on the others, training-prompt pass@1, cost."""
-    rows: dict[str, dict[str, list[float]]] = {}
+    rows: dict[str, dict[str, list[float]]] = {PI0: {}}  # π0's row stands even where no group has a problem
     for group in ("skill", "other"):
         for name, per_seed in prompt_values(out, seeds, group).items():
             for metric in ("pass@1", "pass@k", "nats"):

@@ -29,7 +29,7 @@ def test_real_demo_builds_the_lake_trains_two_arms_at_two_lrs_and_reports(smollm
     assert sources["human"] == 2 and sources["import"] == 2 and sources["reference"] >= 2  # π0's Q0 samples
     fixed = json.loads((root / "seed-0" / "groups.json").read_text())
     assert set(fixed["groups"]) == {f"pyfunc/{s}/{i}" for s in (0, 2) for i in range(2)}
-    assert set(fixed["strata"]["prompts"].values()) <= {"never", "rare", "common"}
+    assert set(fixed["strata"]["prompts"].values()) <= {"never", "rare", "common", "unmeasured"}
     assert [(m["method"], m["lr"]) for m in summary["methods"]] == [
         ("GRPO", 1e-6), ("GRPO", 1e-5), ("SPO half-online", 1e-6), ("SPO half-online", 1e-5)]
     for m in summary["methods"]:
