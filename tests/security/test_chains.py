@@ -15,6 +15,14 @@ from tests.security.conftest import one_line
 RUN = {"run": 1, "run_id": "c-run-1", "status": "pinned"}
 
 
+def chain_with_manifest(world, manifest: str) -> ChainSpec:
+    """A chain directory `c` under the world's tmp holding `manifest` as its manifest.json."""
+    spec = ChainSpec("c", world.tmp / "chains", {"seed": 0})
+    spec.root.mkdir(parents=True)
+    (spec.root / "manifest.json").write_text(manifest)
+    return spec
+
+
 @pytest.mark.parametrize("entry", [
     {**RUN, "run_id": "../../../outside/victim"},
     {**RUN, "run_dir": "/tmp/../outside/victim"},
@@ -24,11 +32,9 @@ RUN = {"run": 1, "run_id": "c-run-1", "status": "pinned"}
     "not an entry",
 ])
 def test_a_manifest_entry_naming_anything_but_the_chains_own_run_is_refused(world, entry):
-    spec = ChainSpec("c", world.tmp / "chains", {"seed": 0})
-    spec.root.mkdir(parents=True)
     if isinstance(entry, dict):
         entry = {k: v.format(outside=world.outside) if isinstance(v, str) else v for k, v in entry.items()}
-    (spec.root / "manifest.json").write_text(json.dumps({"runs": [entry]}))
+    spec = chain_with_manifest(world, json.dumps({"runs": [entry]}))
     lake = Lake.init(world.lake)
     before = world.snapshot()
     with pytest.raises(InputError) as refused:
@@ -39,18 +45,14 @@ def test_a_manifest_entry_naming_anything_but_the_chains_own_run_is_refused(worl
 
 @pytest.mark.parametrize("manifest", ["{", "[]", '{"runs": 3}', "[" * 100000])
 def test_a_garbled_manifest_is_one_line(world, manifest):
-    spec = ChainSpec("c", world.tmp / "chains", {"seed": 0})
-    spec.root.mkdir(parents=True)
-    (spec.root / "manifest.json").write_text(manifest)
+    spec = chain_with_manifest(world, manifest)
     with pytest.raises(InputError) as refused:
         run_chain(spec, Lake.init(world.lake), 1)
     assert "manifest.json" in one_line(str(refused.value))
 
 
 def test_a_symlinked_runs_directory_is_refused(world):
-    spec = ChainSpec("c", world.tmp / "chains", {"seed": 0})
-    spec.root.mkdir(parents=True)
-    (spec.root / "manifest.json").write_text(json.dumps({"runs": []}))
+    spec = chain_with_manifest(world, json.dumps({"runs": []}))
     os.symlink(world.outside / "victim", spec.root / "runs")
     lake = Lake.init(world.lake)
     before = world.snapshot()
