@@ -23,6 +23,16 @@ def chain_with_manifest(world, manifest: str) -> ChainSpec:
     return spec
 
 
+def refused_and_contained(world, spec: ChainSpec) -> str:
+    """run_chain on a fresh lake refuses `spec` with an InputError and changes nothing outside; its one-line text."""
+    lake = Lake.init(world.lake)
+    before = world.snapshot()
+    with pytest.raises(InputError) as refused:
+        run_chain(spec, lake, 1)
+    world.contained(before)
+    return one_line(str(refused.value))
+
+
 @pytest.mark.parametrize("entry", [
     {**RUN, "run_id": "../../../outside/victim"},
     {**RUN, "run_dir": "/tmp/../outside/victim"},
@@ -35,12 +45,7 @@ def test_a_manifest_entry_naming_anything_but_the_chains_own_run_is_refused(worl
     if isinstance(entry, dict):
         entry = {k: v.format(outside=world.outside) if isinstance(v, str) else v for k, v in entry.items()}
     spec = chain_with_manifest(world, json.dumps({"runs": [entry]}))
-    lake = Lake.init(world.lake)
-    before = world.snapshot()
-    with pytest.raises(InputError) as refused:
-        run_chain(spec, lake, 1)
-    assert "manifest.json: runs[0]" in one_line(str(refused.value))
-    world.contained(before)
+    assert "manifest.json: runs[0]" in refused_and_contained(world, spec)
 
 
 @pytest.mark.parametrize("manifest", ["{", "[]", '{"runs": 3}', "[" * 100000])
@@ -54,12 +59,7 @@ def test_a_garbled_manifest_is_one_line(world, manifest):
 def test_a_symlinked_runs_directory_is_refused(world):
     spec = chain_with_manifest(world, json.dumps({"runs": []}))
     os.symlink(world.outside / "victim", spec.root / "runs")
-    lake = Lake.init(world.lake)
-    before = world.snapshot()
-    with pytest.raises(InputError) as refused:
-        run_chain(spec, lake, 1)
-    assert "is a symlink" in one_line(str(refused.value))
-    world.contained(before)
+    assert "is a symlink" in refused_and_contained(world, spec)
 
 
 @pytest.mark.parametrize("name", ["../../outside", "a/b", ".hidden", ""])
